@@ -1,0 +1,48 @@
+"""Scheduler configuration (ConfigMap `gpuq-scheduler-config`, key `config.yaml`).
+
+Every field has a default, so no config is needed to start. The operator and the simulator
+read the same file through `gpuq.config` and pass the result here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuq.core.model import Topology
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringWeights:
+    """Communication cost weight of a rank pair whose two ranks are split at each level.
+
+    A pair on one node costs 0; a pair split across nodes in one rack costs `node`; across racks in
+    one block costs `rack`; across blocks in one zone `block`; across zones `zone`.
+    """
+
+    node: float = 1.0
+    rack: float = 4.0
+    block: float = 16.0
+    zone: float = 64.0
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverConfig:
+    not_ready_grace_seconds: float = 10.0
+    backoff_base_seconds: float = 5.0
+    backoff_max_seconds: float = 300.0
+    node_flap_window_seconds: float = 600.0
+    node_flap_threshold: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    topology: Topology = field(default_factory=Topology)
+    weights: ScoringWeights = field(default_factory=ScoringWeights)
+    failover: FailoverConfig = field(default_factory=FailoverConfig)
+    # BestEffortFIFO: a head that has waited this long gets a reservation; later jobs may only
+    # backfill around it (see docs/scheduling.md).
+    starvation_seconds: float = 300.0
+    # Upper bound of admissions per cycle (keeps one cycle's write burst bounded).
+    max_admissions_per_cycle: int = 10_000
+    gpu_model_label: str = "nvidia.com/gpu.product"
+    extender_port: int = 8888

@@ -1,0 +1,34 @@
+"""structlog JSON logging shared by the operator, the dev cluster and the CLI.
+
+Library code logs through `get_logger(...)` with job/queue/node keys; nothing prints.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import structlog
+
+
+def configure(level: str = "INFO", json: bool = True) -> None:
+    """Configure structlog once per process; safe to call again (last call wins)."""
+    logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
+    renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get_logger(name: str, **bound: Any) -> Any:
+    return structlog.get_logger(name).bind(**bound)
