@@ -1,0 +1,66 @@
+"""gpuq.config: YAML -> SchedulerConfig, defaults everywhere, clear errors on bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuq.config import ConfigError, config_from_config_map, load_config, parse_config
+from gpuq.core.config import SchedulerConfig
+
+
+def test_empty_document_gives_defaults() -> None:
+    assert parse_config("") == SchedulerConfig()
+    assert load_config(None) == SchedulerConfig()
+    assert config_from_config_map({}) == SchedulerConfig()
+
+
+def test_partial_config_overrides_only_what_it_names() -> None:
+    cfg = parse_config(
+        """
+        failover: {notReadyGraceSeconds: 3}
+        topology:
+          levels:
+            - {name: rack, label: example.com/rack}
+            - {name: node, label: kubernetes.io/hostname}
+        gpuModelLabel: example.com/gpu
+        """
+    )
+    assert cfg.failover.not_ready_grace_seconds == 3
+    assert cfg.failover.backoff_max_seconds == SchedulerConfig().failover.backoff_max_seconds
+    assert cfg.topology.levels == ("rack", "node")
+    assert cfg.topology.labels == ("example.com/rack", "kubernetes.io/hostname")
+    assert cfg.gpu_model_label == "example.com/gpu"
+    assert cfg.weights == SchedulerConfig().weights
+
+
+def test_config_map_key_is_read(tmp_path: Path) -> None:
+    assert config_from_config_map({"config.yaml": "starvationSeconds: 12"}).starvation_seconds == 12
+    f = tmp_path / "config.yaml"
+    f.write_text("maxAdmissionsPerCycle: 7\n")
+    assert load_config(f).max_admissions_per_cycle == 7
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("failover: {notReadyGrace: 3}", "failover.notReadyGrace: Extra inputs are not permitted"),
+        ("weights: {rack: -1}", "weights.rack"),
+        ("extenderPort: 70000", "extenderPort"),
+        ("topology: {levels: [{name: rack, label: r}]}", "last (innermost) level must be 'node'"),
+        ("topology: {levels: [{name: node, label: a}, {name: node, label: b}]}", "unique"),
+        ("- 1", "expected a mapping"),
+        ("a: [", "not YAML"),
+    ],
+)
+def test_bad_config_names_the_problem(text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "test")
+    assert fragment in str(err.value)
+    assert "test" in str(err.value)
+
+
+def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yaml")
