@@ -1,0 +1,131 @@
+"""GPUQueue (cluster-scoped, short name `gq`): a team's GPU quota, optionally in a borrowing cohort."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from gpuq.api.meta import NAME_PATTERN, ApiModel, Condition, cel, conditions_field, with_rules
+from gpuq.core.model import QueueingStrategy, ReclaimPreemption, WithinQueuePreemption
+
+
+class SelectorOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class LabelSelectorRequirement(ApiModel):
+    model_config = with_rules(
+        cel(
+            "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
+            "In/NotIn need values; Exists/DoesNotExist take none",
+        )
+    )
+
+    key: str = Field(min_length=1, max_length=317, description="Namespace label key.")
+    operator: SelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
+    values: list[str] = Field(default_factory=list, max_length=64, description="Values for In/NotIn.")
+
+
+class LabelSelector(ApiModel):
+    """A standard label selector: all of matchLabels and matchExpressions must hold."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict, description="Labels the namespace must carry.")
+    match_expressions: list[LabelSelectorRequirement] = Field(
+        default_factory=list, max_length=32, description="Set-based requirements on namespace labels."
+    )
+
+
+class PreemptionSpec(ApiModel):
+    within_queue: WithinQueuePreemption = Field(
+        default=WithinQueuePreemption.LOWER_PRIORITY,
+        description=(
+            "LowerPriority: a job may preempt lower-priority jobs of its own queue. Never: it may not."
+        ),
+    )
+    reclaim_within_cohort: ReclaimPreemption = Field(
+        default=ReclaimPreemption.ANY,
+        description=(
+            "Reclaim lent quota by preempting borrowers in the cohort: Any borrower, only LowerPriority "
+            "ones, or Never."
+        ),
+    )
+
+
+class GPUQueueSpec(ApiModel):
+    model_config = with_rules(
+        cel(
+            "!has(self.lendingLimitGPUs) || self.lendingLimitGPUs <= self.nominalGPUs",
+            "lendingLimitGPUs cannot exceed nominalGPUs",
+            ".lendingLimitGPUs",
+        ),
+        cel(
+            "has(self.cohort) || (!has(self.borrowingLimitGPUs) && !has(self.lendingLimitGPUs))",
+            "borrowingLimitGPUs and lendingLimitGPUs need a cohort",
+        ),
+    )
+
+    nominal_gpus: int = Field(alias="nominalGPUs", ge=0, le=10_000_000, description="GPUs the queue owns.")
+    cohort: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=63,
+        pattern=NAME_PATTERN,
+        description="Queues of one cohort lend unused quota to each other.",
+    )
+    borrowing_limit_gpus: int | None = Field(
+        default=None,
+        alias="borrowingLimitGPUs",
+        ge=0,
+        le=10_000_000,
+        description="Most GPUs the queue may borrow from its cohort; unset: no limit.",
+    )
+    lending_limit_gpus: int | None = Field(
+        default=None,
+        alias="lendingLimitGPUs",
+        ge=0,
+        le=10_000_000,
+        description="Most of its unused nominal GPUs the queue lends; unset: all of them.",
+    )
+    weight: float = Field(
+        default=1.0, gt=0, le=1000, description="Fair-share weight within the cohort when quota is contended."
+    )
+    namespace_selector: LabelSelector | None = Field(
+        default=None,
+        description=(
+            "Namespaces allowed to submit to this queue; unset: every namespace. Others are rejected."
+        ),
+    )
+    queueing_strategy: QueueingStrategy = Field(
+        default=QueueingStrategy.BEST_EFFORT_FIFO,
+        description=(
+            "StrictFIFO: nothing passes the head. BestEffortFIFO: smaller jobs may pass a head that cannot "
+            "fit, without starving it."
+        ),
+    )
+    preemption: PreemptionSpec = Field(
+        default_factory=PreemptionSpec, description="Preemption policy.", json_schema_extra={"default": {}}
+    )
+    model_quotas: dict[str, int] = Field(
+        default_factory=dict,
+        description="Optional per-GPU-model caps (model -> GPUs) on top of nominalGPUs.",
+        json_schema_extra={"additionalProperties": {"type": "integer", "minimum": 0}},
+    )
+
+
+class GPUQueueStatus(ApiModel):
+    used_gpus: int = Field(default=0, alias="usedGPUs", ge=0, description="GPUs held by admitted jobs.")
+    borrowed_gpus: int = Field(
+        default=0, alias="borrowedGPUs", ge=0, description="GPUs in use above nominalGPUs (borrowed)."
+    )
+    pending_jobs: int = Field(default=0, ge=0, description="Jobs waiting in the queue.")
+    admitted_jobs: int = Field(default=0, ge=0, description="Jobs holding quota (admitted or running).")
+    conditions: list[Condition] = conditions_field("Observations about the queue.")
+
+
+class GPUQueue(ApiModel):
+    spec: GPUQueueSpec
+    status: GPUQueueStatus = Field(default_factory=GPUQueueStatus)

@@ -1,0 +1,100 @@
+"""Names and building blocks shared by the gpuq API kinds.
+
+The pydantic models in this package are the one source of truth of the API: the CRDs in crds/ and
+the field reference in docs/api.md are generated from them (`gpuq crds`), and the operator parses
+objects with them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP = "gpuq.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "gpuq"
+SCHEDULER_NAME = "gpuq"
+
+# Labels gpuq puts on the pods (and Service) it creates.
+LABEL_JOB_NAME = "gpuq.dev/job-name"
+LABEL_QUEUE = "gpuq.dev/queue"
+LABEL_RANK = "gpuq.dev/rank"
+LABEL_ATTEMPT = "gpuq.dev/attempt"
+# Annotations: a checkpoint report ({"step", "path", "time"}) on a job or its pods, and the
+# operator's request for one (RFC 3339 time of the request) on the pods of a preemption victim.
+ANNOTATION_CHECKPOINT = "gpuq.dev/checkpoint"
+ANNOTATION_CHECKPOINT_REQUESTED = "gpuq.dev/checkpoint-requested"
+
+# Kubernetes object names that must also be DNS-1035 labels (Service names, pod hostnames).
+DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# Kubernetes label values (e.g. queue names carried in the gpuq.dev/queue label).
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+
+
+class ApiModel(BaseModel):
+    """Base of every API model: camelCase on the wire, snake_case in Python, unknown fields kept out."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=False
+    )
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON-ready dict as the API server stores it (camelCase), omitting unset fields."""
+        return self.model_dump(by_alias=True, exclude_unset=True, mode="json")
+
+
+def with_rules(*rules: dict[str, str]) -> ConfigDict:
+    """Model config that adds CEL rules (x-kubernetes-validations) to the model's schema."""
+    extra: dict[str, Any] = {"x-kubernetes-validations": list(rules)}
+    return ConfigDict(**ApiModel.model_config, json_schema_extra=extra)
+
+
+def cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One x-kubernetes-validations entry."""
+    entry = {"rule": rule, "message": message}
+    if field_path:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """A standard Kubernetes condition: one observation about the object, keyed by `type`."""
+
+    type: str = Field(
+        min_length=1, max_length=316, description="Condition type, e.g. Admitted, QueueNotFound."
+    )
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", max_length=1024, description="CamelCase machine-readable reason.")
+    message: str = Field(default="", max_length=32768, description="Human-readable explanation.")
+    last_transition_time: datetime | None = Field(
+        default=None, description="When the condition last changed status (RFC 3339)."
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation the condition was computed from."
+    )
+
+
+CONDITIONS_SCHEMA_EXTRA: dict[str, Any] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}
+
+
+def conditions_field(description: str) -> Any:
+    return Field(
+        default_factory=list,
+        max_length=32,
+        description=description,
+        json_schema_extra=CONDITIONS_SCHEMA_EXTRA,
+    )

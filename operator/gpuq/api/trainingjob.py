@@ -1,0 +1,227 @@
+"""TrainingJob (namespaced, short name `tj`): a gang of GPU worker pods scheduled whole or not at all."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from gpuq.api.meta import (
+    DNS_LABEL_PATTERN,
+    NAME_PATTERN,
+    ApiModel,
+    Condition,
+    cel,
+    conditions_field,
+    with_rules,
+)
+from gpuq.core.model import TopologyMode
+
+INT32_MAX = 2**31 - 1
+
+
+class Phase(StrEnum):
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    RECOVERING = "Recovering"
+    PREEMPTED = "Preempted"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+# Phases in which a job holds (or is being given) its placement: its gang spec is frozen then.
+PLACED_PHASES = (Phase.ADMITTED, Phase.RUNNING)
+FINISHED_PHASES = (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class Workers(ApiModel):
+    """The gang: `replicas` identical workers, each needing `gpusPerWorker` GPUs on one node."""
+
+    replicas: int = Field(ge=1, le=4096, description="Gang size: all workers are bound together or none is.")
+    gpus_per_worker: int = Field(
+        ge=1, le=64, description="GPUs (nvidia.com/gpu) each worker needs on its node."
+    )
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "A PodTemplateSpec for every worker. gpuq sets nvidia.com/gpu requests and limits on the first "
+            "container, schedulerName, the gpuq.dev/* labels and the MASTER_ADDR/WORLD_SIZE/RANK/GPUQ_* env."
+        ),
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    gpu_models: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description=(
+            "GPU models the job accepts (any of), matched against the node's GPU product label; empty: any."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    mixed_models: bool = Field(
+        default=False, description="Allow one gang to span nodes of different GPU models."
+    )
+
+
+class TopologySpec(ApiModel):
+    """Where the gang may be placed in the topology (levels come from the scheduler config)."""
+
+    model_config = with_rules(
+        cel("self.mode != 'Required' || has(self.level)", "mode Required needs a level", ".level")
+    )
+
+    level: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=DNS_LABEL_PATTERN,
+        description="Topology level name (default config: zone, block, rack, node); unset: no constraint.",
+    )
+    mode: TopologyMode = Field(
+        default=TopologyMode.PREFERRED,
+        description=(
+            "Required: the whole gang inside one domain of `level`. Preferred: the smallest domain that "
+            "fits, widening as needed."
+        ),
+    )
+
+
+class CheckpointSpec(ApiModel):
+    """How the job is asked to checkpoint before it is preempted."""
+
+    request_on_preemption: bool = Field(
+        default=True,
+        description=(
+            "Annotate the pods with gpuq.dev/checkpoint-requested and wait for a report before eviction."
+        ),
+    )
+    grace_period_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=86400,
+        description="How long to wait for a newer checkpoint report before evicting.",
+    )
+
+
+class TrainingJobSpec(ApiModel):
+    queue: str = Field(
+        min_length=1, max_length=63, pattern=NAME_PATTERN, description="Name of the GPUQueue to charge."
+    )
+    priority: int = Field(
+        default=0,
+        ge=-INT32_MAX,
+        le=INT32_MAX,
+        description="Higher runs first and may preempt lower-priority jobs of the same queue.",
+    )
+    preemptible: bool = Field(default=True, description="false: never chosen as a preemption victim.")
+    min_runtime_seconds: int = Field(
+        default=0, ge=0, le=INT32_MAX, description="Not preempted before it has run this long."
+    )
+    max_restarts: int = Field(
+        default=3,
+        ge=0,
+        le=1000,
+        description=(
+            "Restarts after a node failure or a failed worker before the job is Failed "
+            "(preemptions do not count)."
+        ),
+    )
+    workers: Workers = Field(description="The gang of workers.")
+    topology: TopologySpec = Field(
+        default_factory=TopologySpec,
+        description="Topology constraint of the gang.",
+        json_schema_extra={"default": {}},
+    )
+    checkpoint: CheckpointSpec = Field(
+        default_factory=CheckpointSpec,
+        description="Checkpoint request before preemption.",
+        json_schema_extra={"default": {}},
+    )
+
+
+class PlacementEntry(ApiModel):
+    rank: int = Field(ge=0, description="Worker rank (RANK / NODE_RANK).")
+    node: str = Field(min_length=1, max_length=253, description="Node the worker is bound to.")
+
+
+class CheckpointReport(ApiModel):
+    """A checkpoint the training code reported (annotation gpuq.dev/checkpoint, JSON)."""
+
+    step: int = Field(ge=0, description="Training step of the checkpoint.")
+    path: str = Field(
+        min_length=1, max_length=4096, description="Where the checkpoint is (GPUQ_RESUME_FROM)."
+    )
+    time: datetime = Field(description="When it was written (RFC 3339).")
+
+
+class TrainingJobStatus(ApiModel):
+    phase: Phase | None = Field(
+        default=None, description="Queued, Admitted, Running, Recovering, Preempted, ..."
+    )
+    queue_position: int | None = Field(
+        default=None, ge=1, description="1-based position in its queue while Queued."
+    )
+    message: str | None = Field(default=None, description="Why the job is in its phase (e.g. why it waits).")
+    gpus: int | None = Field(
+        default=None, ge=0, description="Total GPUs of the gang (replicas x gpusPerWorker)."
+    )
+    admitted_at: datetime | None = Field(default=None, description="When the current attempt was admitted.")
+    started_at: datetime | None = Field(
+        default=None, description="When every worker of the attempt was Running."
+    )
+    finished_at: datetime | None = Field(default=None, description="When the job Succeeded or Failed.")
+    restarts: int = Field(
+        default=0, ge=0, description="Restarts after failures (counted against maxRestarts)."
+    )
+    preemptions: int = Field(default=0, ge=0, description="Times the job was preempted.")
+    attempt: int = Field(
+        default=0, ge=0, description="Admission counter; pods of attempt N carry label gpuq.dev/attempt=N."
+    )
+    placement: list[PlacementEntry] = Field(
+        default_factory=list, max_length=4096, description="Node of each rank of the current attempt."
+    )
+    previous_placement: list[PlacementEntry] = Field(
+        default_factory=list, max_length=4096, description="Placement before the last eviction."
+    )
+    failed_nodes: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Nodes that failed under this job; it is not placed on them again.",
+    )
+    not_before: datetime | None = Field(
+        default=None, description="Restart back-off: not re-placed before this time."
+    )
+    last_checkpoint: CheckpointReport | None = Field(default=None, description="Latest reported checkpoint.")
+    lost_gpu_seconds: float = Field(
+        default=0.0,
+        alias="lostGPUSeconds",
+        ge=0,
+        description="GPU-seconds of work lost to restarts (since the last checkpoint).",
+    )
+    observed_generation: int | None = Field(default=None, ge=0, description="Last metadata.generation seen.")
+    conditions: list[Condition] = conditions_field("Observations: Admitted, QueueNotFound, Invalid, ...")
+
+
+class TrainingJob(ApiModel):
+    spec: TrainingJobSpec
+    status: TrainingJobStatus = Field(default_factory=TrainingJobStatus)
+
+
+# Rules that span spec and status or read metadata.name: they sit at the root of the CRD schema.
+_FROZEN_WHILE_PLACED = " && ".join(
+    f"self.spec.{f} == oldSelf.spec.{f}"
+    for f in ("queue", "workers.replicas", "workers.gpusPerWorker", "topology")
+)
+ROOT_VALIDATIONS = [
+    cel(
+        "size(self.metadata.name) <= 52 && self.metadata.name.matches('" + DNS_LABEL_PATTERN + "')",
+        "name must be a DNS-1035 label of at most 52 characters (it names the Service and the worker pods)",
+    ),
+    cel(
+        "!has(oldSelf.status) || !has(oldSelf.status.phase) || "
+        f"!(oldSelf.status.phase in {[p.value for p in PLACED_PHASES]}) || ({_FROZEN_WHILE_PLACED})",
+        "spec.queue, spec.workers.replicas, spec.workers.gpusPerWorker and spec.topology are immutable "
+        "while the job is admitted or running",
+    ),
+]
