@@ -3,6 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class PendingCode(StrEnum):
+    """Why a job is pending, as a stable machine-readable word (Pending.code)."""
+
+    QUOTA = "Quota"  # its queue (or the cohort) has no quota left for it
+    PLACEMENT = "Placement"  # quota is fine but no node set can hold the gang now
+    UNSCHEDULABLE = "Unschedulable"  # no node can ever match its constraints / shape
+    PREEMPTING = "Preempting"  # waiting for preempted gangs to release their resources
+    STRICT_FIFO = "StrictFIFO"  # blocked behind its queue's head
+    BACKOFF = "Backoff"  # restart back-off after a failure
+    CYCLE_LIMIT = "CycleLimit"  # max_admissions_per_cycle reached; retried next cycle
+    NO_QUEUE = "NoQueue"  # its GPUQueue does not exist
+    INVALID = "Invalid"  # its spec is invalid (e.g. zero replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +41,9 @@ class Restart:
     job: str
     failed_nodes: tuple[str, ...]
     reason: str
+    # Restart back-off: the job may not be re-placed before this time (store it as Job.not_before).
+    # Equal to `now` for a first restart, which is then re-placed in the same cycle (Admit restart=True).
+    not_before: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +51,11 @@ class Pending:
     job: str
     reason: str  # human explanation, e.g. "needs 4x8 GPUs in one rack; best rack has 24 free"
     position: int  # 1-based position in its queue
+    # Machine-readable class of the reason (a PendingCode value), for conditions and metrics.
+    code: str = ""
+    # Nodes reserved for this job (rank -> node) while it waits for preempted gangs to release their
+    # resources, like kube-scheduler's nominatedNodeName. Informational: the next cycle decides again.
+    nominated: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

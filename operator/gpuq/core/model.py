@@ -120,6 +120,13 @@ class Node:
     gpu_model: str | None = None
     # Resources requested by pods gpuq does not own (other schedulers): never touched, always counted.
     used_by_others: Resources = field(default_factory=Resources)
+    # When the Ready condition turned False/Unknown (None while Ready). The core declares the node FAILED
+    # once `now - not_ready_since >= config.failover.not_ready_grace_seconds`; before that the node only
+    # stops receiving new work. The shell passes the condition's lastTransitionTime and needs no clock.
+    not_ready_since: float | None = None
+    # GPUs the device plugin reports healthy (None: all of allocatable). Fewer healthy GPUs than the GPUs
+    # bound on the node fails every gang with a rank there; new work sees only the healthy ones.
+    healthy_gpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +219,9 @@ class Job:
     recovering: bool = False
     # Set when the job was evicted and must not be placed before this time (restart back-off).
     not_before: float = 0.0
+    # A victim already asked to checkpoint / being deleted: it still holds its resources, is never chosen
+    # as a victim again, and a preemptor entitled to its capacity waits for it instead of preempting more.
+    evicting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
