@@ -1,0 +1,197 @@
+"""ClusterCache: the operator's in-memory view of the cluster, fed incrementally by watch events.
+
+Handlers and the writer call `upsert_*`/`delete_*` with API objects; nothing here does I/O. An
+update that changes nothing the scheduler looks at does not wake the loop, so a quiet cluster
+costs nothing. `assume`/`forget` overlay an admission the writer is carrying out, so the next
+cycle already counts its GPUs (Kueue's assume/forget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuq.controller.objects import (
+    JobEntry,
+    NodeEntry,
+    PodEntry,
+    QueueEntry,
+    parse_job,
+    parse_node,
+    parse_pod,
+    parse_queue,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Assumed:
+    """An admission in flight: the job holds `placement` for `attempt` before the API says so."""
+
+    attempt: int
+    placement: tuple[str, ...]
+    started_at: float
+
+
+def _newer_or_same(old_rv: str | None, new_rv: str | None) -> bool:
+    """resourceVersions are opaque, but etcd's are integers: use that to drop stale events
+    (a watch event can arrive after the writer stored the response of a later write)."""
+    if old_rv is None or new_rv is None:
+        return True
+    try:
+        return int(new_rv) >= int(old_rv)
+    except ValueError:
+        return True
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+class ClusterCache:
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+        self.nodes: dict[str, NodeEntry] = {}
+        self.queues: dict[str, QueueEntry] = {}
+        self.jobs: dict[str, JobEntry] = {}
+        self.pods: dict[str, PodEntry] = {}
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.assumed: dict[str, Assumed] = {}
+        self._pods_by_job: dict[str, set[str]] = {}
+        self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
+        self._uid: dict[tuple[str, str], str] = {}
+        self.on_change = on_change
+        self.changes = 0  # bumped on every change that matters to scheduling
+
+    # -- generic bookkeeping -------------------------------------------------------------------
+    def _accept(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
+        md = _meta(body)
+        rv, uid = md.get("resourceVersion"), md.get("uid")
+        if (
+            uid is not None
+            and self._uid.get((kind, key)) == uid
+            and not _newer_or_same(self._rv.get((kind, key)), rv)
+        ):
+            return False
+        if rv is not None:
+            self._rv[(kind, key)] = rv
+        if uid is not None:
+            self._uid[(kind, key)] = uid
+        return True
+
+    def _forget_object(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
+        """True when the deleted object is the one we hold (not an older one of the same name)."""
+        uid = _meta(body).get("uid")
+        if uid is not None and self._uid.get((kind, key)) not in (None, uid):
+            return False
+        self._rv.pop((kind, key), None)
+        self._uid.pop((kind, key), None)
+        return True
+
+    def _changed(self) -> None:
+        self.changes += 1
+        self.on_change()
+
+    def _store(self, table: dict[str, Any], kind: str, key: str, body: Mapping[str, Any], entry: Any) -> None:
+        if not self._accept(kind, key, body):
+            return
+        if table.get(key) != entry:
+            table[key] = entry
+            self._changed()
+
+    # -- nodes, queues, namespaces --------------------------------------------------------------
+    def upsert_node(self, body: Mapping[str, Any]) -> None:
+        entry = parse_node(body)
+        self._store(self.nodes, "node", entry.name, body, entry)
+
+    def delete_node(self, body: Mapping[str, Any]) -> None:
+        name = _meta(body)["name"]
+        if self._forget_object("node", name, body) and self.nodes.pop(name, None) is not None:
+            self._changed()
+
+    def upsert_queue(self, body: Mapping[str, Any]) -> None:
+        entry = parse_queue(body)
+        self._store(self.queues, "queue", entry.name, body, entry)
+
+    def delete_queue(self, body: Mapping[str, Any]) -> None:
+        name = _meta(body)["name"]
+        if self._forget_object("queue", name, body) and self.queues.pop(name, None) is not None:
+            self._changed()
+
+    def upsert_namespace(self, body: Mapping[str, Any]) -> None:
+        md = _meta(body)
+        self._store(self.namespaces, "namespace", md["name"], body, dict(md.get("labels") or {}))
+
+    def delete_namespace(self, body: Mapping[str, Any]) -> None:
+        name = _meta(body)["name"]
+        if self._forget_object("namespace", name, body) and self.namespaces.pop(name, None) is not None:
+            self._changed()
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def upsert_job(self, body: Mapping[str, Any]) -> None:
+        entry = parse_job(body)
+        assumed = self.assumed.get(entry.key)
+        if assumed is not None and entry.status.attempt >= assumed.attempt:
+            del self.assumed[entry.key]  # the API now records the admission (or a later one)
+        self._store(self.jobs, "job", entry.key, body, entry)
+
+    def delete_job(self, body: Mapping[str, Any]) -> None:
+        md = _meta(body)
+        key = f"{md['namespace']}/{md['name']}"
+        if self._forget_object("job", key, body) and self.jobs.pop(key, None) is not None:
+            self.assumed.pop(key, None)
+            self._changed()
+
+    def assume(self, job: str, attempt: int, placement: tuple[str, ...], now: float) -> None:
+        self.assumed[job] = Assumed(attempt, placement, now)
+        self._changed()
+
+    def forget(self, job: str) -> None:
+        if self.assumed.pop(job, None) is not None:
+            self._changed()
+
+    # -- pods ---------------------------------------------------------------------------------
+    def upsert_pod(self, body: Mapping[str, Any]) -> None:
+        entry = parse_pod(body)
+        if entry.job is None and entry.node_name is None and entry.key not in self.pods:
+            return  # neither ours nor holding node resources: nothing the scheduler needs
+        if not self._accept("pod", entry.key, body):
+            return
+        old = self.pods.get(entry.key)
+        if old == entry:
+            return
+        if old is not None and old.job != entry.job and old.job is not None:
+            self._pods_by_job.get(old.job, set()).discard(entry.key)
+        self.pods[entry.key] = entry
+        if entry.job is not None:
+            self._pods_by_job.setdefault(entry.job, set()).add(entry.key)
+        self._changed()
+
+    def delete_pod(self, body: Mapping[str, Any]) -> None:
+        md = _meta(body)
+        key = f"{md['namespace']}/{md['name']}"
+        if not self._forget_object("pod", key, body):
+            return
+        entry = self.pods.pop(key, None)
+        if entry is None:
+            return
+        if entry.job is not None:
+            members = self._pods_by_job.get(entry.job)
+            if members is not None:
+                members.discard(key)
+                if not members:
+                    del self._pods_by_job[entry.job]
+        self._changed()
+
+    def set_pod_node(self, key: str, node: str) -> None:
+        """Record a binding the writer just made (the API returns no pod for a Binding)."""
+        pod = self.pods.get(key)
+        if pod is not None and pod.node_name != node:
+            pod.node_name = node
+            self._changed()
+
+    def pods_of(self, job: str) -> list[PodEntry]:
+        return [self.pods[k] for k in sorted(self._pods_by_job.get(job, ())) if k in self.pods]
+
+    def orphan_pod_jobs(self) -> Iterator[str]:
+        """Jobs that own pods but are no longer in the cache (garbage collection will remove them)."""
+        return (job for job in self._pods_by_job if job not in self.jobs)

@@ -1,0 +1,79 @@
+"""Status patches that carry out the core's decisions (pure: time is an argument).
+
+Admission persists intent before any pod exists: phase Admitted, the next attempt number and the
+placement. Pending jobs get their queue position and the core's reason; jobs kept out of the
+snapshot get condition Blocked with the reason, plus a Warning Event the first time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuq.api.meta import ConditionStatus
+from gpuq.api.trainingjob import Phase, PlacementEntry
+from gpuq.controller import status as st
+from gpuq.controller.objects import JobEntry
+from gpuq.controller.snapshot import Exclusion
+from gpuq.core.decisions import Admit, Pending
+
+
+def admit_status(job: JobEntry, admit: Admit, now: float) -> dict[str, Any]:
+    s = job.status
+    nodes = sorted(set(admit.placement))
+    msg = f"admitted on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
+    if admit.borrowed_gpus:
+        msg += f"; borrowing {admit.borrowed_gpus} GPUs from the cohort"
+    conds = st.with_condition(s.conditions, st.ADMITTED, True, "Admitted", msg, now)
+    return st.patch(
+        s,
+        phase=Phase.ADMITTED,
+        attempt=s.attempt + 1,
+        placement=[PlacementEntry(rank=r, node=n) for r, n in enumerate(admit.placement)],
+        admitted_at=st.when(now),
+        started_at=None,
+        queue_position=None,
+        not_before=None,
+        message=msg,
+        conditions=st.without_condition(conds, st.BLOCKED),
+    )
+
+
+def _waiting_phase(job: JobEntry) -> Phase:
+    # Recovering says so while it waits for capacity; Preempted turns Queued once its pods are gone.
+    return job.status.phase if job.status.phase in (Phase.RECOVERING, Phase.PREEMPTED) else Phase.QUEUED
+
+
+def pending_status(job: JobEntry, pending: Pending, now: float) -> dict[str, Any]:
+    s = job.status
+    conds = st.with_condition(s.conditions, st.ADMITTED, False, "Pending", pending.reason, now)
+    return st.patch(
+        s,
+        phase=_waiting_phase(job),
+        queue_position=pending.position,
+        message=pending.reason,
+        conditions=st.without_condition(conds, st.BLOCKED),
+    )
+
+
+def blocked_status(job: JobEntry, why: Exclusion, now: float) -> tuple[dict[str, Any], tuple[st.Event, ...]]:
+    s = job.status
+    old = st.condition(s.conditions, st.BLOCKED)
+    conds = st.with_condition(s.conditions, st.BLOCKED, True, why.reason, why.message, now)
+    conds = st.with_condition(conds, st.ADMITTED, False, why.reason, why.message, now)
+    patch = st.patch(s, phase=_waiting_phase(job), queue_position=None, message=why.message, conditions=conds)
+    is_new = old is None or old.status != ConditionStatus.TRUE or old.reason != why.reason
+    return patch, ((st.warning(why.reason, why.message),) if is_new else ())
+
+
+def rollback_status(job: JobEntry, why: str, now: float) -> dict[str, Any]:
+    """Undo an admission whose pods could not all be created and bound: back to the queue."""
+    s = job.status
+    msg = f"admission rolled back: {why}"
+    return st.patch(
+        s,
+        phase=Phase.QUEUED,
+        placement=[],
+        admitted_at=None,
+        message=msg,
+        conditions=st.with_condition(s.conditions, st.ADMITTED, False, "RolledBack", msg, now),
+    )

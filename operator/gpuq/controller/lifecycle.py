@@ -1,0 +1,219 @@
+"""Per-job state transitions driven by what the pods report (pure: time is an argument).
+
+The core decides admissions, preemptions and failovers; this module decides what follows from
+pod phases and the job's own status: Admitted -> Running when every worker runs, Succeeded when
+all succeeded, restart or Failed when a worker fails or vanishes, Preempted -> Queued once the
+victim's pods are gone, and clean-up of pods left over from earlier attempts. Each result is a
+`Plan`: the status patch first (intent is persisted before pods are touched), then pod actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
+from gpuq.controller import status as st
+from gpuq.controller.objects import JobEntry, PodEntry, newer, parse_time
+from gpuq.core.config import FailoverConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to do for one job, in order: patch status, post events, then pod actions."""
+
+    job: str
+    status: dict[str, Any] = field(default_factory=dict)
+    events: tuple[st.Event, ...] = ()
+    delete_pods: tuple[str, ...] = ()  # pod keys
+    complete_admission: bool = False  # create the missing pods of the attempt and bind them
+
+    def __bool__(self) -> bool:
+        return bool(self.status or self.events or self.delete_pods or self.complete_admission)
+
+
+def backoff(restarts: int, cfg: FailoverConfig) -> float:
+    """Restart back-off, as the core applies it to failovers: the first restart is immediate, then
+    base, 2x base, 4x base, ... capped at backoff_max_seconds."""
+    if restarts <= 1:
+        return 0.0
+    return float(min(cfg.backoff_base_seconds * 2 ** (restarts - 2), cfg.backoff_max_seconds))
+
+
+def lost_gpu_seconds(job: JobEntry, now: float) -> float:
+    """GPU-seconds run since the later of the attempt's start and the last checkpoint."""
+    if job.spec is None:
+        return 0.0
+    started = parse_time(job.status.started_at) or parse_time(job.status.admitted_at)
+    if started is None:
+        return 0.0
+    ckpt = job.status.last_checkpoint
+    since = max(started, ckpt.time.timestamp()) if ckpt else started
+    w = job.spec.workers
+    return max(0.0, now - since) * w.replicas * w.gpus_per_worker
+
+
+def evict_status(
+    job: JobEntry,
+    phase: Phase,
+    message: str,
+    now: float,
+    cfg: FailoverConfig,
+    *,
+    count_restart: bool,
+    failed_nodes: Sequence[str] = (),
+    reason: str,
+) -> dict[str, Any]:
+    """Status of a job whose gang is being evicted: Recovering/Queued (restart) or Preempted.
+    The placement moves to previousPlacement so failover can prefer its old domain."""
+    s = job.status
+    restarts = s.restarts + (1 if count_restart else 0)
+    known_failed = list(dict.fromkeys([*s.failed_nodes, *failed_nodes]))[-256:]
+    fields: dict[str, Any] = {
+        "phase": phase,
+        "message": message,
+        "placement": [],
+        "previous_placement": s.placement or s.previous_placement,
+        "restarts": restarts,
+        "failed_nodes": known_failed,
+        "started_at": None,
+        "conditions": st.without_condition(
+            st.with_condition(s.conditions, st.ADMITTED, False, reason, message, now), st.PREEMPTION_REQUESTED
+        ),
+    }
+    if count_restart:
+        fields["not_before"] = st.when(now + backoff(restarts, cfg))
+        fields["lost_gpu_seconds"] = round(s.lost_gpu_seconds + lost_gpu_seconds(job, now), 3)
+    else:
+        fields["preemptions"] = s.preemptions + 1
+    return st.patch(s, **fields)
+
+
+def fail_or_restart(
+    job: JobEntry,
+    pods: Sequence[PodEntry],
+    why: str,
+    now: float,
+    cfg: FailoverConfig,
+    failed_nodes: Sequence[str] = (),
+    event_reason: str = "WorkerFailed",
+) -> Plan:
+    """A worker (or its node) is gone: restart the whole gang if restarts remain, else fail the job."""
+    assert job.spec is not None
+    s = job.status
+    live = tuple(p.key for p in pods if p.live and not p.deleting)
+    if s.restarts < job.spec.max_restarts:
+        n = s.restarts + 1
+        msg = f"{why}; restarting the gang ({n}/{job.spec.max_restarts})"
+        status = evict_status(
+            job,
+            Phase.RECOVERING,
+            msg,
+            now,
+            cfg,
+            count_restart=True,
+            failed_nodes=failed_nodes,
+            reason="Restarting",
+        )
+        return Plan(job.key, status, (st.warning(event_reason, msg),), live)
+    msg = f"{why}; no restarts left (maxRestarts {job.spec.max_restarts})"
+    status = st.patch(
+        s,
+        phase=Phase.FAILED,
+        message=msg,
+        finished_at=st.when(now),
+        queue_position=None,
+        conditions=st.with_condition(s.conditions, st.ADMITTED, False, "Failed", msg, now),
+    )
+    return Plan(job.key, status, (st.warning("Failed", msg),), live)
+
+
+def _checkpoint_fields(job: JobEntry, pods: Sequence[PodEntry], now: float) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    best = newer(job.status.last_checkpoint, job.checkpoint)
+    for pod in pods:
+        best = newer(best, pod.checkpoint)
+    if best is not None and best != job.status.last_checkpoint:
+        fields["last_checkpoint"] = best
+    conds = job.status.conditions
+    if job.checkpoint_error and not st.is_true(conds, st.CHECKPOINT_INVALID):
+        fields["conditions"] = st.with_condition(
+            conds, st.CHECKPOINT_INVALID, True, "BadAnnotation", job.checkpoint_error, now
+        )
+    elif not job.checkpoint_error and st.condition(conds, st.CHECKPOINT_INVALID) is not None:
+        fields["conditions"] = st.without_condition(conds, st.CHECKPOINT_INVALID)
+    return fields
+
+
+def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig) -> Plan:
+    """The transition (if any) that the job's pods and status call for right now."""
+    s = job.status
+    if job.spec is None:
+        if st.is_true(s.conditions, st.BLOCKED) and s.message == job.error:
+            return Plan(job.key)
+        msg = job.error or "invalid spec"
+        return Plan(
+            job.key,
+            st.patch(
+                s,
+                phase=s.phase or Phase.QUEUED,
+                message=msg,
+                conditions=st.with_condition(s.conditions, st.BLOCKED, True, "Invalid", msg, now),
+            ),
+            (st.warning("InvalidSpec", msg),),
+        )
+
+    spec = job.spec
+    extra = _checkpoint_fields(job, pods, now)
+    events = (
+        (st.warning("CheckpointReportInvalid", job.checkpoint_error),)
+        if ("conditions" in extra and job.checkpoint_error)
+        else ()
+    )
+    if s.phase is None:
+        status = st.patch(
+            s,
+            phase=Phase.QUEUED,
+            gpus=spec.workers.replicas * spec.workers.gpus_per_worker,
+            observed_generation=job.generation,
+            **extra,
+        )
+        return Plan(job.key, status, (st.normal("Queued", f"queued in GPUQueue {spec.queue}"), *events))
+
+    current = [p for p in pods if p.attempt == s.attempt]
+    placed = s.phase in PLACED_PHASES
+    stale = tuple(p.key for p in pods if p.live and not p.deleting and (not placed or p.attempt != s.attempt))
+
+    if s.phase in FINISHED_PHASES:
+        return Plan(job.key, st.patch(s, **extra), events, stale)
+    if s.phase == Phase.PREEMPTED and not any(p.live for p in pods):
+        msg = "requeued after preemption"
+        return Plan(job.key, st.patch(s, phase=Phase.QUEUED, message=msg, **extra), events)
+    if not placed:
+        return Plan(job.key, st.patch(s, **extra), events, stale)
+
+    # Admitted or Running: look at the current attempt's workers.
+    by_rank = {p.rank: p for p in current if p.rank is not None}
+    failed = sorted((p for p in current if p.phase == "Failed"), key=lambda p: p.rank or 0)
+    if failed:
+        p = failed[0]
+        why = f"worker rank {p.rank} failed on {p.node_name}" + (f": {p.reason}" if p.reason else "")
+        plan = fail_or_restart(job, pods, why, now, cfg)
+        return Plan(plan.job, {**st.patch(s, **extra), **plan.status}, plan.events, plan.delete_pods)
+    vanished = [r for r in range(spec.workers.replicas) if r not in by_rank or by_rank[r].deleting]
+    if vanished and s.phase == Phase.RUNNING:
+        why = f"worker rank {vanished[0]} was deleted or evicted"
+        plan = fail_or_restart(job, pods, why, now, cfg, event_reason="WorkerLost")
+        return Plan(plan.job, {**st.patch(s, **extra), **plan.status}, plan.events, plan.delete_pods)
+    if vanished or any(p.node_name is None for p in by_rank.values()):
+        return Plan(job.key, st.patch(s, **extra), events, stale, complete_admission=True)
+    if all(p.phase == "Succeeded" for p in by_rank.values()):
+        msg = f"all {spec.workers.replicas} workers succeeded"
+        status = st.patch(s, phase=Phase.SUCCEEDED, message=msg, finished_at=st.when(now), **extra)
+        return Plan(job.key, status, (*events, st.normal("Succeeded", msg)), stale)
+    if s.phase == Phase.ADMITTED and all(p.phase in ("Running", "Succeeded") for p in by_rank.values()):
+        msg = f"all {spec.workers.replicas} workers running"
+        status = st.patch(s, phase=Phase.RUNNING, message=msg, started_at=st.when(now), **extra)
+        return Plan(job.key, status, (*events, st.normal("Running", msg)), stale)
+    return Plan(job.key, st.patch(s, **extra), events, stale)

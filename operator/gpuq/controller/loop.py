@@ -1,0 +1,337 @@
+"""The scheduling loop: one asyncio task, single flight, woken by cache changes (debounced) and by
+timers for things that change on their own (NotReady grace, preemption grace, restart back-off).
+
+Each cycle: build the snapshot, advance per-job lifecycles, call the pure `gpuq.core.schedule`,
+and hand the decisions to the writer, which works in the background (one task per job) while the
+next cycle already sees its assumptions. A quiet cluster runs no cycles at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from gpuq.api import meta
+from gpuq.api.trainingjob import PLACED_PHASES, Phase
+from gpuq.controller import intents, lifecycle
+from gpuq.controller import status as st
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.metrics import Metrics
+from gpuq.controller.objects import JobEntry, format_time, newer
+from gpuq.controller.preemption import Eviction, PreemptionTracker
+from gpuq.controller.snapshot import SnapshotBuilder, View
+from gpuq.controller.writer import Writer
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.decisions import Admit, Decisions, Preempt, Restart
+from gpuq.core.model import Health, Snapshot
+from gpuq.logs import get_logger
+
+log = get_logger("gpuq.loop")
+
+ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
+
+
+def _core_schedule() -> ScheduleFn:
+    from gpuq.core import schedule  # type: ignore[attr-defined]
+
+    fn: ScheduleFn = schedule
+    return fn
+
+
+class SchedulingLoop:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        writer: Writer,
+        config: SchedulerConfig,
+        metrics: Metrics,
+        schedule: ScheduleFn | None = None,
+        clock: Callable[[], float] = time.time,
+        debounce: float = 0.05,
+    ) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.config = config
+        self.metrics = metrics
+        self.schedule = schedule or _core_schedule()
+        self.clock = clock
+        self.debounce = debounce
+        self.tracker = PreemptionTracker()
+        self.builder = SnapshotBuilder()
+        self.synced = asyncio.Event()
+        self.cycles = 0
+        self._dirty = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+
+    # -- waking ------------------------------------------------------------------------------
+    def mark_dirty(self) -> None:
+        self._dirty.set()
+
+    def wake_at(self, when: float | None) -> None:
+        """Run a cycle at wall-clock time `when` (keeps only the earliest pending timer)."""
+        if when is None:
+            return
+        if self._timer is not None and self._timer_at is not None and self._timer_at <= when:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at = when
+        self._timer = loop.call_later(max(0.0, when - self.clock()) + 0.01, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer, self._timer_at = None, None
+        self.mark_dirty()
+
+    async def run(self) -> None:
+        await self.synced.wait()
+        self.mark_dirty()
+        while True:
+            await self._dirty.wait()
+            await asyncio.sleep(self.debounce)  # coalesce a burst of watch events into one cycle
+            self._dirty.clear()
+            try:
+                self.cycle()
+            except Exception:
+                log.exception("scheduling cycle failed; retrying")
+                await asyncio.sleep(1.0)
+                self.mark_dirty()
+
+    # -- one cycle ----------------------------------------------------------------------------
+    def cycle(self) -> Decisions:
+        started = time.perf_counter()
+        now = self.clock()
+        self.cycles += 1
+        evicting = frozenset(e.victim for e in self.tracker.all())
+        view = self.builder.build(self.cache, now, self.config, evicting)
+        failed = self._failed_nodes(view, now)
+        self._advance_lifecycles(now, failed)
+        self._advance_preemptions(now, view, failed)
+        t0 = time.perf_counter()
+        decisions = self.schedule(view.snapshot, now, self.config)
+        self.metrics.schedule.observe(time.perf_counter() - t0)
+        self._apply(decisions, view, now, failed)
+        self._publish_queues(decisions, view)
+        self.wake_at(
+            min((t for t in (view.wake_at, self.tracker.next_deadline()) if t is not None), default=None)
+        )
+        self.builder.forget_missing(self.cache)
+        self.metrics.cycle.observe(time.perf_counter() - started)
+        return decisions
+
+    def _failed_nodes(self, view: View, now: float) -> frozenset[str]:
+        grace = self.config.failover.not_ready_grace_seconds
+        return frozenset(
+            n.name
+            for n in view.snapshot.nodes
+            if n.health == Health.FAILED
+            or (n.not_ready_since is not None and now - n.not_ready_since >= grace)
+        )
+
+    def _advance_lifecycles(self, now: float, failed: frozenset[str]) -> None:
+        for key, job in list(self.cache.jobs.items()):
+            if key in self.writer.busy or job.deleting:
+                continue
+            plan = lifecycle.observe(job, self.cache.pods_of(key), now, self.config.failover)
+            if plan:
+                self.writer.submit(key, partial(self._run_plan, job, plan, failed))
+        for job_key in list(self.cache.orphan_pod_jobs()):
+            log.debug("pods of a deleted job wait for garbage collection", job=job_key)
+
+    async def _run_plan(self, job: JobEntry, plan: lifecycle.Plan, failed: frozenset[str]) -> JobEntry:
+        before = job.status.lost_gpu_seconds
+        fresh = await self.writer.run_plan(job, plan, failed)
+        if plan.status.get("phase") == Phase.RECOVERING:
+            self.metrics.restarted(fresh, fresh.status.lost_gpu_seconds - before)
+        return fresh
+
+    # -- preemption --------------------------------------------------------------------------
+    def _advance_preemptions(self, now: float, view: View, failed: frozenset[str]) -> None:
+        for ev in self.tracker.all():
+            victim = self.cache.jobs.get(ev.victim)
+            if ev.victim in self.writer.busy:
+                continue
+            if victim is None or victim.status.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.RECOVERING):
+                self.tracker.finish(ev.victim)
+                continue
+            live = [p for p in self.cache.pods_of(ev.victim) if p.live]
+            if ev.evicted:
+                if not live:
+                    self.tracker.finish(ev.victim)  # resources released: the preemptor can be placed
+                continue
+            if victim.status.phase not in PLACED_PHASES:
+                self.tracker.finish(ev.victim)
+                continue
+            preemptor = self.cache.jobs.get(ev.for_job)
+            if preemptor is None or preemptor.status.phase in (*PLACED_PHASES, Phase.SUCCEEDED, Phase.FAILED):
+                self.tracker.finish(ev.victim)
+                self.writer.submit(ev.victim, partial(self._cancel_checkpoint_request, victim))
+                continue
+            latest = newer(victim.status.last_checkpoint, victim.checkpoint)
+            for p in live:
+                latest = newer(latest, p.checkpoint)
+            if self.tracker.due(ev, latest, now):
+                self.tracker.mark_evicted(ev.victim)
+                self.writer.submit(ev.victim, partial(self._evict, victim, ev, now, failed))
+
+    def _start_preemption(self, p: Preempt, now: float, failed: frozenset[str]) -> None:
+        victim = self.cache.jobs.get(p.victim)
+        if victim is None or victim.spec is None or p.victim in self.tracker or p.victim in self.writer.busy:
+            return
+        ck = victim.spec.checkpoint
+        grace = float(ck.grace_period_seconds) if ck.request_on_preemption else 0.0
+        ev = self.tracker.start(
+            p.victim, p.for_job, p.reason, now, grace, newer(victim.status.last_checkpoint, victim.checkpoint)
+        )
+        if grace > 0:
+            self.writer.submit(p.victim, partial(self._request_checkpoint, victim, ev))
+        else:
+            self.tracker.mark_evicted(p.victim)
+            self.writer.submit(p.victim, partial(self._evict, victim, ev, now, failed))
+
+    async def _request_checkpoint(self, victim: JobEntry, ev: Eviction) -> None:
+        grace = ev.deadline - ev.requested_at
+        msg = f"preempted by {ev.for_job} ({ev.reason}); waiting up to {grace:.0f}s for a checkpoint"
+        live = [p.key for p in self.cache.pods_of(victim.key) if p.live and not p.deleting]
+        await self.writer.annotate_pods(
+            live, {meta.ANNOTATION_CHECKPOINT_REQUESTED: format_time(ev.requested_at)}
+        )
+        conds = st.with_condition(
+            victim.status.conditions,
+            st.PREEMPTION_REQUESTED,
+            True,
+            "CheckpointRequested",
+            msg,
+            ev.requested_at,
+        )
+        fresh = await self.writer.patch_job_status(
+            victim, st.patch(victim.status, message=msg, conditions=conds)
+        )
+        await self.writer.event(fresh, st.warning("CheckpointRequested", msg))
+        await self._event_on(
+            ev.for_job, st.normal("Preempting", f"asked {victim.key} to checkpoint before preempting it")
+        )
+
+    async def _cancel_checkpoint_request(self, victim: JobEntry) -> None:
+        live = [p.key for p in self.cache.pods_of(victim.key) if p.live and p.checkpoint_requested]
+        await self.writer.annotate_pods(live, {meta.ANNOTATION_CHECKPOINT_REQUESTED: None})
+        if st.condition(victim.status.conditions, st.PREEMPTION_REQUESTED) is not None:
+            conds = st.without_condition(victim.status.conditions, st.PREEMPTION_REQUESTED)
+            await self.writer.patch_job_status(victim, st.patch(victim.status, conditions=conds))
+
+    async def _evict(self, victim: JobEntry, ev: Eviction, now: float, failed: frozenset[str]) -> None:
+        msg = f"preempted by {ev.for_job}: {ev.reason}"
+        status = lifecycle.evict_status(
+            victim, Phase.PREEMPTED, msg, now, self.config.failover, count_restart=False, reason="Preempted"
+        )
+        live = tuple(p.key for p in self.cache.pods_of(victim.key) if p.live and not p.deleting)
+        await self.writer.run_plan(
+            victim, lifecycle.Plan(victim.key, status, (st.warning("Preempted", msg),), live), failed
+        )
+        self.metrics.preempted(victim)
+        await self._event_on(ev.for_job, st.normal("PreemptedVictim", f"preempted {victim.key} to make room"))
+        log.info(
+            "preempted", job=victim.key, queue=victim.spec.queue if victim.spec else None, for_job=ev.for_job
+        )
+
+    async def _event_on(self, job_key: str, ev: st.Event) -> None:
+        job = self.cache.jobs.get(job_key)
+        if job is not None:
+            await self.writer.event(job, ev)
+
+    # -- decisions ---------------------------------------------------------------------------
+    def _apply(self, d: Decisions, view: View, now: float, failed: frozenset[str]) -> None:
+        admits = {a.job: a for a in d.admit}
+        for r in d.restart:
+            job = self.cache.jobs.get(r.job)
+            if job is None or job.spec is None or r.job in self.writer.busy:
+                continue
+            self.tracker.finish(r.job)
+            readmit = admits.pop(r.job, None)  # a first restart is re-placed in the same cycle
+            self.writer.submit(r.job, partial(self._restart, job, r, readmit, now, failed))
+        for a in admits.values():
+            job = self.cache.jobs.get(a.job)
+            if job is None or job.spec is None or a.job in self.writer.busy:
+                continue
+            self.writer.submit(a.job, partial(self.writer.admit, job, a))
+        for p in d.preempt:
+            self._start_preemption(p, now, failed)
+        for pending in d.pending:
+            job = self.cache.jobs.get(pending.job)
+            if job is None or pending.job in self.writer.busy:
+                continue
+            patch = intents.pending_status(job, pending, now)
+            if patch:
+                self.writer.submit(pending.job, partial(self._patch, job, patch))
+        for key, why in view.excluded.items():
+            job = self.cache.jobs.get(key)
+            if job is None or key in self.writer.busy:
+                continue
+            patch, events = intents.blocked_status(job, why, now)
+            if patch or events:
+                self.writer.submit(key, partial(self._patch, job, patch, events))
+
+    async def _patch(self, job: JobEntry, patch: dict[str, Any], events: tuple[st.Event, ...] = ()) -> None:
+        fresh = await self.writer.patch_job_status(job, patch)
+        for ev in events:
+            await self.writer.event(fresh, ev)
+
+    async def _restart(
+        self, job: JobEntry, r: Restart, admit: Admit | None, now: float, failed: frozenset[str]
+    ) -> None:
+        pods = self.cache.pods_of(job.key)
+        why = f"node(s) {', '.join(r.failed_nodes)} failed: {r.reason}" if r.failed_nodes else r.reason
+        plan = lifecycle.fail_or_restart(
+            job, pods, why, now, self.config.failover, r.failed_nodes, "NodeFailed"
+        )
+        status = dict(plan.status)
+        if "notBefore" in status:
+            status["notBefore"] = format_time(max(r.not_before, now))
+        force = failed | frozenset(r.failed_nodes)
+        fresh = await self._run_plan(
+            job, lifecycle.Plan(plan.job, status, plan.events, plan.delete_pods), force
+        )
+        log.warning(
+            "gang restarted",
+            job=job.key,
+            queue=job.spec.queue if job.spec else None,
+            nodes=list(r.failed_nodes),
+            restarts=fresh.status.restarts,
+        )
+        if admit is not None and fresh.status.phase == Phase.RECOVERING:
+            await self.writer.admit(fresh, admit)
+
+    # -- queues ------------------------------------------------------------------------------
+    def _publish_queues(self, d: Decisions, view: View) -> None:
+        pending: dict[str, int] = {}
+        admitted: dict[str, int] = {}
+        admitting = {a.job for a in d.admit}
+        for job in view.snapshot.jobs:
+            target = admitted if job.running is not None or job.key in admitting else pending
+            target[job.queue] = target.get(job.queue, 0) + 1
+        for key in view.excluded:
+            entry = self.cache.jobs.get(key)
+            if entry is not None and entry.spec is not None:
+                pending[entry.spec.queue] = pending.get(entry.spec.queue, 0) + 1
+        for name, q in self.cache.queues.items():
+            used, borrowed = d.queue_usage.get(name, 0), d.queue_borrowed.get(name, 0)
+            self.metrics.queue_used.labels(name).set(used)
+            self.metrics.queue_borrowed.labels(name).set(borrowed)
+            self.metrics.pending.labels(name).set(pending.get(name, 0))
+            self.metrics.admitted_jobs.labels(name).set(admitted.get(name, 0))
+            if q.spec is not None:
+                self.metrics.queue_nominal.labels(name).set(q.spec.nominal_gpus)
+            patch = st.patch(
+                q.status,
+                used_gpus=used,
+                borrowed_gpus=borrowed,
+                pending_jobs=pending.get(name, 0),
+                admitted_jobs=admitted.get(name, 0),
+            )
+            key = f"gpuqueue/{name}"
+            if patch and key not in self.writer.busy:
+                self.writer.submit(key, partial(self.writer.patch_queue_status, name, patch))

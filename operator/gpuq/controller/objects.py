@@ -1,0 +1,273 @@
+"""Parse the API objects the operator watches into small typed cache entries.
+
+Parsing is pure and total: a malformed object becomes an entry with `error` set (reported as a
+condition and an Event by the loop), never an exception in a watch handler.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpuq.api import meta
+from gpuq.api.gpuqueue import GPUQueueSpec, GPUQueueStatus
+from gpuq.api.trainingjob import CheckpointReport, TrainingJobSpec, TrainingJobStatus
+from gpuq.controller.resources import QuantityError, pod_requests, resources_from_list
+from gpuq.core.model import Resources, Taint, TaintEffect
+
+TERMINAL_POD_PHASES = ("Succeeded", "Failed")
+
+
+def parse_time(value: Any) -> float | None:
+    """RFC 3339 string (or epoch number) -> epoch seconds; None when absent or unparsable."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
+    try:
+        return datetime.fromisoformat(str(value)).timestamp()
+    except ValueError:
+        return None
+
+
+def format_time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def validation_message(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+
+
+def parse_checkpoint(raw: str | None) -> tuple[CheckpointReport | None, str | None]:
+    """The gpuq.dev/checkpoint annotation: JSON {step, path, time}; time is RFC 3339 or epoch seconds."""
+    if not raw:
+        return None, None
+    try:
+        data = json.loads(raw)
+        if isinstance(data, Mapping) and isinstance(data.get("time"), int | float):
+            data = {**data, "time": datetime.fromtimestamp(data["time"], UTC)}
+        return CheckpointReport.model_validate(data), None
+    except json.JSONDecodeError as exc:
+        return None, f"annotation {meta.ANNOTATION_CHECKPOINT} is not JSON: {exc.msg}"
+    except ValidationError as exc:
+        return None, f"annotation {meta.ANNOTATION_CHECKPOINT}: {validation_message(exc)}"
+
+
+def newer(a: CheckpointReport | None, b: CheckpointReport | None) -> CheckpointReport | None:
+    """The later of two checkpoint reports (by time, then step)."""
+    if a is None or b is None:
+        return a or b
+    return a if (a.time, a.step) >= (b.time, b.step) else b
+
+
+@dataclass(slots=True)
+class NodeEntry:
+    name: str
+    labels: dict[str, str]
+    allocatable: Resources
+    capacity_gpus: int = 0
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+    not_ready_since: float | None = None  # when Ready last left True (or the node was created)
+    deleting: bool = False
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class QueueEntry:
+    name: str
+    spec: GPUQueueSpec | None
+    status: GPUQueueStatus
+    generation: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class JobEntry:
+    namespace: str
+    name: str
+    uid: str
+    created_at: float
+    spec: TrainingJobSpec | None
+    status: TrainingJobStatus
+    generation: int = 0
+    error: str | None = None  # spec does not parse
+    checkpoint: CheckpointReport | None = None  # from the job's own annotation
+    checkpoint_error: str | None = None
+    deleting: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(slots=True)
+class PodEntry:
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    node_name: str | None
+    scheduler_name: str
+    requests: Resources
+    deleting: bool = False
+    job: str | None = None  # "namespace/name" of the owning TrainingJob (label gpuq.dev/job-name)
+    attempt: int | None = None
+    rank: int | None = None
+    checkpoint: CheckpointReport | None = None
+    checkpoint_requested: str | None = None
+    reason: str = ""  # why it failed, for messages
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def live(self) -> bool:
+        """Holds node resources: not finished (a deleting pod holds them until it is gone)."""
+        return self.phase not in TERMINAL_POD_PHASES
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
+    out = []
+    for t in spec.get("taints") or []:
+        try:
+            effect = TaintEffect(t.get("effect", "NoSchedule"))
+        except ValueError:
+            continue  # an effect Kubernetes itself would reject; nothing to honour
+        out.append(Taint(key=t.get("key", ""), value=t.get("value", "") or "", effect=effect))
+    return tuple(out)
+
+
+def parse_node(body: Mapping[str, Any]) -> NodeEntry:
+    md, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
+    ready_cond = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    ready = ready_cond is not None and ready_cond.get("status") == "True"
+    since = None
+    if not ready:
+        since = parse_time((ready_cond or {}).get("lastTransitionTime")) or parse_time(
+            md.get("creationTimestamp")
+        )
+    error = None
+    try:
+        allocatable = resources_from_list(status.get("allocatable"))
+        capacity_gpus = resources_from_list(status.get("capacity")).gpus
+    except QuantityError as exc:
+        allocatable, capacity_gpus, error = Resources(), 0, str(exc)
+    return NodeEntry(
+        name=md["name"],
+        labels=dict(md.get("labels") or {}),
+        allocatable=allocatable,
+        capacity_gpus=capacity_gpus,
+        taints=_taints(spec),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=ready,
+        not_ready_since=since,
+        deleting=md.get("deletionTimestamp") is not None,
+        error=error,
+    )
+
+
+def parse_queue(body: Mapping[str, Any]) -> QueueEntry:
+    md = _meta(body)
+    status = (
+        GPUQueueStatus.model_validate(body.get("status") or {}) if body.get("status") else GPUQueueStatus()
+    )
+    try:
+        spec, error = GPUQueueSpec.model_validate(body.get("spec") or {}), None
+    except ValidationError as exc:
+        spec, error = None, f"invalid spec: {validation_message(exc)}"
+    return QueueEntry(
+        name=md["name"], spec=spec, status=status, generation=md.get("generation", 0), error=error
+    )
+
+
+def _job_status(raw: Mapping[str, Any] | None) -> TrainingJobStatus:
+    try:
+        return TrainingJobStatus.model_validate(raw or {})
+    except ValidationError:
+        # Status is ours; if someone garbled it, start over from Queued rather than crash.
+        return TrainingJobStatus()
+
+
+def parse_job(body: Mapping[str, Any]) -> JobEntry:
+    md = _meta(body)
+    try:
+        spec, error = TrainingJobSpec.model_validate(body.get("spec") or {}), None
+    except ValidationError as exc:
+        spec, error = None, f"invalid spec: {validation_message(exc)}"
+    checkpoint, checkpoint_error = parse_checkpoint(
+        (md.get("annotations") or {}).get(meta.ANNOTATION_CHECKPOINT)
+    )
+    return JobEntry(
+        namespace=md["namespace"],
+        name=md["name"],
+        uid=md.get("uid", ""),
+        created_at=parse_time(md.get("creationTimestamp")) or 0.0,
+        spec=spec,
+        status=_job_status(body.get("status")),
+        generation=md.get("generation", 0),
+        error=error,
+        checkpoint=checkpoint,
+        checkpoint_error=checkpoint_error,
+        deleting=md.get("deletionTimestamp") is not None,
+    )
+
+
+def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+    try:
+        return int(labels[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def _failure_reason(status: Mapping[str, Any]) -> str:
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and term.get("exitCode", 0) != 0:
+            return f"container {cs.get('name')} exited {term.get('exitCode')} ({term.get('reason', 'Error')})"
+    return status.get("reason") or status.get("message") or ""
+
+
+def parse_pod(body: Mapping[str, Any]) -> PodEntry:
+    md, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
+    labels = dict(md.get("labels") or {})
+    annotations = md.get("annotations") or {}
+    job_name = labels.get(meta.LABEL_JOB_NAME)
+    try:
+        requests = pod_requests(spec)
+    except QuantityError:
+        requests = Resources()  # the API server validated it; unreachable in practice
+    checkpoint, _ = (
+        parse_checkpoint(annotations.get(meta.ANNOTATION_CHECKPOINT)) if job_name else (None, None)
+    )
+    return PodEntry(
+        namespace=md["namespace"],
+        name=md["name"],
+        uid=md.get("uid", ""),
+        phase=status.get("phase", "Pending"),
+        node_name=spec.get("nodeName") or None,
+        scheduler_name=spec.get("schedulerName", "default-scheduler"),
+        requests=requests,
+        deleting=md.get("deletionTimestamp") is not None,
+        job=f"{md['namespace']}/{job_name}" if job_name else None,
+        attempt=_int_label(labels, meta.LABEL_ATTEMPT),
+        rank=_int_label(labels, meta.LABEL_RANK),
+        checkpoint=checkpoint,
+        checkpoint_requested=annotations.get(meta.ANNOTATION_CHECKPOINT_REQUESTED),
+        reason=_failure_reason(status) if status.get("phase") == "Failed" else "",
+        labels=labels,
+    )

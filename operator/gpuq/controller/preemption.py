@@ -1,0 +1,81 @@
+"""Checkpoint-aware preemption in the imperative shell: who is being preempted, for whom, and when
+the victim may finally be evicted (pure bookkeeping: time is an argument, no I/O).
+
+A victim whose job asks for it (checkpoint.requestOnPreemption) gets the checkpoint-requested
+annotation and up to gracePeriodSeconds to report a newer checkpoint; the scheduling loop keeps
+running meanwhile and wakes up at the deadline. The preemptor waits until its victims' pods are
+gone, and asks for no further victims while some are still leaving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuq.api.trainingjob import CheckpointReport
+
+
+@dataclass(slots=True)
+class Eviction:
+    victim: str
+    for_job: str
+    reason: str
+    requested_at: float
+    deadline: float
+    baseline: CheckpointReport | None  # the victim's checkpoint when we asked
+    evicted: bool = False  # pods deleted; waiting for them to be gone
+
+
+class PreemptionTracker:
+    def __init__(self) -> None:
+        self._by_victim: dict[str, Eviction] = {}
+
+    def __contains__(self, victim: str) -> bool:
+        return victim in self._by_victim
+
+    def get(self, victim: str) -> Eviction | None:
+        return self._by_victim.get(victim)
+
+    def all(self) -> list[Eviction]:
+        return list(self._by_victim.values())
+
+    def preempting_for(self, preemptor: str) -> bool:
+        """The preemptor already has victims on their way out: ask for no more."""
+        return any(e.for_job == preemptor for e in self._by_victim.values())
+
+    def start(
+        self,
+        victim: str,
+        for_job: str,
+        reason: str,
+        now: float,
+        grace_seconds: float,
+        baseline: CheckpointReport | None,
+    ) -> Eviction:
+        ev = Eviction(victim, for_job, reason, now, now + grace_seconds, baseline)
+        self._by_victim[victim] = ev
+        return ev
+
+    @staticmethod
+    def checkpointed(ev: Eviction, latest: CheckpointReport | None) -> bool:
+        """A checkpoint newer than the one the victim had when we asked."""
+        if latest is None:
+            return False
+        if ev.baseline is None:
+            return True
+        return (latest.time, latest.step) > (ev.baseline.time, ev.baseline.step)
+
+    def due(self, ev: Eviction, latest: CheckpointReport | None, now: float) -> bool:
+        """Evict now: the victim checkpointed, or its grace period is over."""
+        return not ev.evicted and (now >= ev.deadline or self.checkpointed(ev, latest))
+
+    def mark_evicted(self, victim: str) -> None:
+        ev = self._by_victim.get(victim)
+        if ev is not None:
+            ev.evicted = True
+
+    def finish(self, victim: str) -> Eviction | None:
+        return self._by_victim.pop(victim, None)
+
+    def next_deadline(self) -> float | None:
+        pending = [e.deadline for e in self._by_victim.values() if not e.evicted]
+        return min(pending) if pending else None

@@ -1,0 +1,388 @@
+"""Build the core's immutable `Snapshot` from the ClusterCache (pure: time is an argument).
+
+Besides the snapshot it reports which jobs were kept out and why (unknown queue, namespace not
+allowed, unknown topology level, bad pod template, bigger than the cluster), which jobs hold a
+placement, and the next time something changes by itself (a NotReady grace period ending, a
+restart back-off expiring) so the loop can sleep until then instead of polling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, PlacementEntry, TrainingJobSpec
+from gpuq.controller import selectors
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.objects import JobEntry, NodeEntry, newer, parse_time
+from gpuq.controller.pods import TemplateError, check_template, worker_pod
+from gpuq.controller.resources import add, pod_requests
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.model import (
+    Checkpoint,
+    Constraints,
+    Health,
+    Job,
+    Node,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    PreemptionPolicy,
+    PreferredTerm,
+    Queue,
+    Resources,
+    Running,
+    Snapshot,
+    TaintEffect,
+    Toleration,
+    Topology,
+    TopologyRequest,
+    WorkerSpec,
+)
+
+# NoExecute taints the node lifecycle controller puts on nodes it has given up on.
+FAILURE_TAINTS = frozenset(
+    {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable", "node.kubernetes.io/out-of-service"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """Why a job is not offered to the scheduler this cycle (it stays Queued, condition Blocked=True
+    with this reason)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """A job that holds its placement (admitted, running, or an admission in flight)."""
+
+    attempt: int
+    placement: tuple[str, ...]
+    gpus_per_worker: int
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    snapshot: Snapshot
+    excluded: Mapping[str, Exclusion] = field(default_factory=dict)
+    holding: Mapping[str, Holding] = field(default_factory=dict)
+    wake_at: float | None = None
+
+
+def _earliest(times: Iterable[float | None]) -> float | None:
+    real = [t for t in times if t is not None]
+    return min(real) if real else None
+
+
+def node_path(name: str, labels: Mapping[str, str], topology: Topology) -> tuple[str, ...]:
+    """Domain of each level; a missing label does not split its parent (the node inherits the
+    parent's domain), so partially labelled clusters still get the levels they do label."""
+    path: list[str] = []
+    parent = ""
+    for level_label in topology.labels[:-1]:
+        parent = labels.get(level_label, parent)
+        path.append(parent)
+    return (*path, name)
+
+
+def node_health(node: NodeEntry) -> Health:
+    """What the shell knows for sure. NotReady is passed on as `not_ready_since`: the core applies
+    the failover grace period itself."""
+    if node.deleting or any(
+        t.effect == TaintEffect.NO_EXECUTE and t.key in FAILURE_TAINTS for t in node.taints
+    ):
+        return Health.FAILED
+    if node.unschedulable:
+        return Health.CORDONED
+    return Health.HEALTHY
+
+
+def grace_ends(node: NodeEntry, now: float, grace: float) -> float | None:
+    """When a NotReady node's grace period ends (the loop wakes up then to fail it over)."""
+    if node.ready or node.not_ready_since is None:
+        return None
+    end = node.not_ready_since + grace
+    return end if end > now else None
+
+
+def _term(raw: Mapping[str, Any]) -> NodeSelectorTerm:
+    return NodeSelectorTerm(
+        tuple(
+            NodeSelectorRequirement(e["key"], e["operator"], tuple(e.get("values") or ()))
+            for e in raw.get("matchExpressions") or []
+        )
+    )
+
+
+def _toleration(raw: Mapping[str, Any]) -> Toleration:
+    effect = raw.get("effect")
+    return Toleration(
+        key=raw.get("key", "") or "",
+        operator=raw.get("operator", "Equal") or "Equal",
+        value=raw.get("value", "") or "",
+        effect=TaintEffect(effect) if effect else None,
+    )
+
+
+def constraints(spec: TrainingJobSpec) -> Constraints:
+    """Placement constraints gpuq must honour itself because it binds the pods."""
+    pod = (spec.workers.template.get("spec") or {}) if isinstance(spec.workers.template, Mapping) else {}
+    node_aff = (pod.get("affinity") or {}).get("nodeAffinity") or {}
+    required = (node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    preferred = node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    return Constraints(
+        node_selector=dict(pod.get("nodeSelector") or {}),
+        required_terms=tuple(_term(t) for t in required or []),
+        preferred_terms=tuple(
+            PreferredTerm(int(p.get("weight", 1)), _term(p.get("preference") or {})) for p in preferred
+        ),
+        tolerations=tuple(_toleration(t) for t in pod.get("tolerations") or []),
+        gpu_models=tuple(spec.workers.gpu_models),
+        mixed_models=spec.workers.mixed_models,
+    )
+
+
+def worker_spec(job: JobEntry, spec: TrainingJobSpec) -> WorkerSpec:
+    """Per-worker requests exactly as the rendered pod will carry them."""
+    pod = worker_pod(job.namespace, job.name, job.uid, spec, rank=0, attempt=0)
+    req = pod_requests(pod["spec"])
+    return WorkerSpec(
+        replicas=spec.workers.replicas,
+        gpus_per_worker=spec.workers.gpus_per_worker,
+        cpu_millis=req.cpu_millis,
+        memory_bytes=req.memory_bytes,
+        extra=dict(req.extra),
+    )
+
+
+def _ranked(entries: Iterable[PlacementEntry]) -> tuple[str, ...]:
+    return tuple(p.node for p in sorted(entries, key=lambda p: p.rank))
+
+
+def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = frozenset()) -> Holding | None:
+    """The placement a job holds: an admission in flight (assumed), the one its status records, or,
+    for a preemption victim whose pods are still leaving, the one it had."""
+    gpus = job.spec.workers.gpus_per_worker if job.spec is not None else 0
+    assumed = cache.assumed.get(job.key)
+    if assumed is not None:
+        return Holding(assumed.attempt, assumed.placement, gpus)
+    s = job.status
+    if s.phase in PLACED_PHASES and s.placement:
+        return Holding(s.attempt, _ranked(s.placement), gpus)
+    if job.key in evicting and s.phase == Phase.PREEMPTED and s.previous_placement:
+        return Holding(s.attempt, _ranked(s.previous_placement), gpus)
+    return None
+
+
+class SnapshotBuilder:
+    """Turns the cache into a View; memoizes per-job derived data by metadata.generation."""
+
+    def __init__(self) -> None:
+        self._derived: dict[str, tuple[int, str, WorkerSpec | None, Constraints | None, str | None]] = {}
+
+    def _derive(
+        self, job: JobEntry, spec: TrainingJobSpec
+    ) -> tuple[WorkerSpec | None, Constraints | None, str | None]:
+        memo = self._derived.get(job.key)
+        if memo is not None and memo[0] == job.generation and memo[1] == job.uid:
+            return memo[2], memo[3], memo[4]
+        try:
+            check_template(spec.workers.template)
+            workers, cons, err = worker_spec(job, spec), constraints(spec), None
+        except (TemplateError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            workers, cons, err = None, None, str(exc)
+        self._derived[job.key] = (job.generation, job.uid, workers, cons, err)
+        return workers, cons, err
+
+    def forget_missing(self, cache: ClusterCache) -> None:
+        for key in [k for k in self._derived if k not in cache.jobs]:
+            del self._derived[key]
+
+    def build(
+        self, cache: ClusterCache, now: float, config: SchedulerConfig, evicting: frozenset[str] = frozenset()
+    ) -> View:
+        """`evicting`: victims asked to checkpoint or being deleted (they still hold their nodes)."""
+        topo = config.topology
+        excluded: dict[str, Exclusion] = {}
+        held: dict[str, Holding] = {}
+        queues = {
+            name: _queue(name, q.spec) for name, q in sorted(cache.queues.items()) if q.spec is not None
+        }
+        # Pass 1: which jobs hold placements (they shape node usage and health).
+        candidates: list[tuple[JobEntry, TrainingJobSpec, Holding | None]] = []
+        for key in sorted(cache.jobs):
+            job = cache.jobs[key]
+            hold = holding(job, cache, evicting)
+            if job.status.phase in FINISHED_PHASES or (job.deleting and hold is None):
+                continue
+            if job.spec is None:
+                reason: Exclusion | None = Exclusion("Invalid", job.error or "invalid spec")
+            else:
+                reason = self._exclusion(job, cache, topo)
+            if job.spec is None or reason is not None:
+                if reason is not None and hold is None:
+                    excluded[key] = reason
+                continue  # a held job we cannot model: its pods count as someone else's usage
+            candidates.append((job, job.spec, hold))
+            if hold is not None:
+                held[key] = hold
+
+        nodes, wake_nodes = self._nodes(cache, now, config, held)
+        capacity = [n for n in nodes if n.health != Health.FAILED]
+        total_gpus = sum(n.allocatable.gpus for n in capacity)
+        largest = max((n.allocatable.gpus for n in capacity), default=0)
+
+        jobs: list[Job] = []
+        wake_jobs: list[float | None] = []
+        for job, spec, hold in candidates:
+            workers, cons, _ = self._derive(job, spec)
+            assert workers is not None and cons is not None  # _exclusion rejected bad templates
+            if hold is None and nodes:
+                too_big = _too_big(spec, total_gpus, largest)
+                if too_big:
+                    excluded[job.key] = Exclusion("Unschedulable", too_big)
+                    continue
+            not_before = parse_time(job.status.not_before) or 0.0
+            if hold is None and not_before > now:
+                wake_jobs.append(not_before)
+            jobs.append(_job(job, spec, workers, cons, hold, now, not_before, job.key in evicting))
+        snapshot = Snapshot(
+            topology=topo, nodes=tuple(nodes), queues=tuple(queues.values()), jobs=tuple(jobs)
+        )
+        return View(snapshot, excluded, held, _earliest([*wake_nodes, *wake_jobs]))
+
+    def _exclusion(self, job: JobEntry, cache: ClusterCache, topo: Topology) -> Exclusion | None:
+        spec = job.spec
+        assert spec is not None
+        queue = cache.queues.get(spec.queue)
+        if queue is None:
+            return Exclusion(
+                "QueueNotFound", f"GPUQueue {spec.queue!r} does not exist; the job waits until it does"
+            )
+        if queue.spec is None:
+            return Exclusion("QueueInvalid", f"GPUQueue {spec.queue!r} is invalid: {queue.error}")
+        labels = cache.namespaces.get(job.namespace, {})
+        if not selectors.matches(queue.spec.namespace_selector, labels):
+            sel = queue.spec.namespace_selector
+            assert sel is not None
+            return Exclusion(
+                "NamespaceNotAllowed",
+                f"GPUQueue {spec.queue!r} admits only namespaces matching {selectors.describe(sel)}; "
+                f"namespace {job.namespace!r} does not match",
+            )
+        level = spec.topology.level
+        if level is not None and level not in topo.levels:
+            return Exclusion(
+                "UnknownTopologyLevel",
+                f"topology level {level!r} is not configured; levels are {', '.join(topo.levels)}",
+            )
+        _, _, err = self._derive(job, spec)
+        if err is not None:
+            return Exclusion("InvalidPodTemplate", err)
+        return None
+
+    def _nodes(
+        self, cache: ClusterCache, now: float, config: SchedulerConfig, held: Mapping[str, Holding]
+    ) -> tuple[list[Node], list[float | None]]:
+        topo = config.topology
+        ours = {(key, h.attempt) for key, h in held.items()}
+        others: dict[str, Resources] = {}
+        for pod in cache.pods.values():
+            if pod.node_name is None or not pod.live:
+                continue
+            if pod.job is not None and (pod.job, pod.attempt) in ours:
+                continue  # counted through the job's placement
+            others[pod.node_name] = add(others.get(pod.node_name, Resources()), pod.requests)
+        nodes: list[Node] = []
+        wake: list[float | None] = []
+        for name in sorted(cache.nodes):
+            entry = cache.nodes[name]
+            wake.append(grace_ends(entry, now, config.failover.not_ready_grace_seconds))
+            # The device plugin lowers allocatable below capacity when GPUs turn unhealthy.
+            lost_gpus = entry.capacity_gpus > entry.allocatable.gpus
+            nodes.append(
+                Node(
+                    name=name,
+                    allocatable=entry.allocatable,
+                    path=node_path(name, entry.labels, topo),
+                    labels=entry.labels,
+                    health=node_health(entry),
+                    taints=entry.taints,
+                    gpu_model=entry.labels.get(config.gpu_model_label),
+                    used_by_others=others.get(name, Resources()),
+                    not_ready_since=None if entry.ready else entry.not_ready_since,
+                    healthy_gpus=entry.allocatable.gpus if lost_gpus else None,
+                )
+            )
+        # Nodes deleted under running jobs: keep them, failed, so the core plans the failover.
+        gone = sorted({n for h in held.values() for n in h.placement} - cache.nodes.keys())
+        for name in gone:
+            nodes.append(
+                Node(
+                    name=name,
+                    allocatable=Resources(),
+                    path=(*[f"~{name}"] * (len(topo.levels) - 1), name),
+                    health=Health.FAILED,
+                )
+            )
+        return nodes, wake
+
+
+def _too_big(spec: TrainingJobSpec, total_gpus: int, largest: int) -> str | None:
+    w = spec.workers
+    if w.gpus_per_worker > largest:
+        return f"each worker needs {w.gpus_per_worker} GPUs but the largest node has {largest}"
+    if w.replicas * w.gpus_per_worker > total_gpus:
+        return f"the gang needs {w.replicas * w.gpus_per_worker} GPUs but the cluster has {total_gpus}"
+    return None
+
+
+def _queue(name: str, spec: Any) -> Queue:
+    return Queue(
+        name=name,
+        nominal_gpus=spec.nominal_gpus,
+        cohort=spec.cohort,
+        borrowing_limit_gpus=spec.borrowing_limit_gpus,
+        lending_limit_gpus=spec.lending_limit_gpus,
+        weight=spec.weight,
+        strategy=spec.queueing_strategy,
+        preemption=PreemptionPolicy(spec.preemption.within_queue, spec.preemption.reclaim_within_cohort),
+        model_quotas=dict(spec.model_quotas),
+    )
+
+
+def _job(
+    job: JobEntry,
+    spec: TrainingJobSpec,
+    workers: WorkerSpec,
+    cons: Constraints,
+    hold: Holding | None,
+    now: float,
+    not_before: float,
+    evicting: bool,
+) -> Job:
+    st = job.status
+    ckpt = newer(st.last_checkpoint, job.checkpoint)
+    started = parse_time(st.started_at) or parse_time(st.admitted_at) or now
+    return Job(
+        key=job.key,
+        queue=spec.queue,
+        priority=spec.priority,
+        created_at=job.created_at,
+        workers=workers,
+        topology=TopologyRequest(spec.topology.level, spec.topology.mode),
+        preemptible=spec.preemptible,
+        min_runtime_seconds=float(spec.min_runtime_seconds),
+        checkpoint=Checkpoint(ckpt.time.timestamp(), ckpt.step, ckpt.path) if ckpt else None,
+        running=Running(hold.placement, started) if hold else None,
+        restart_count=st.restarts,
+        constraints=cons,
+        avoid_nodes=frozenset(st.failed_nodes),
+        previous_placement=_ranked(st.previous_placement),
+        recovering=st.phase == Phase.RECOVERING and hold is None,
+        not_before=not_before,
+        evicting=evicting and hold is not None,
+    )

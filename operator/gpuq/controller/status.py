@@ -1,0 +1,113 @@
+"""TrainingJob/GPUQueue status building blocks: conditions, Events, and minimal status patches.
+
+Conditions (documented in docs/api.md):
+  Admitted             True while the job holds a placement; False with the reason it does not.
+  Blocked              True when something other than capacity keeps the job out (QueueNotFound,
+                       NamespaceNotAllowed, UnknownTopologyLevel, InvalidPodTemplate, Invalid, Unschedulable).
+  PreemptionRequested  True while a preemption waits for the victim's checkpoint.
+  CheckpointReportInvalid  True when the gpuq.dev/checkpoint annotation cannot be read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gpuq.api.meta import Condition, ConditionStatus
+
+ADMITTED = "Admitted"
+BLOCKED = "Blocked"
+PREEMPTION_REQUESTED = "PreemptionRequested"
+CHECKPOINT_INVALID = "CheckpointReportInvalid"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+def normal(reason: str, message: str) -> Event:
+    return Event("Normal", reason, message)
+
+
+def warning(reason: str, message: str) -> Event:
+    return Event("Warning", reason, message)
+
+
+def when(epoch: float) -> datetime:
+    return datetime.fromtimestamp(int(epoch), UTC)
+
+
+def with_condition(
+    conditions: Sequence[Condition], type_: str, status: bool, reason: str, message: str, now: float
+) -> list[Condition]:
+    """Conditions with `type_` set; lastTransitionTime moves only when the status flips."""
+    new_status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
+    out: list[Condition] = []
+    found = False
+    for c in conditions:
+        if c.type != type_:
+            out.append(c)
+            continue
+        found = True
+        changed = c.status != new_status
+        out.append(
+            Condition(
+                type=type_,
+                status=new_status,
+                reason=reason,
+                message=message,
+                last_transition_time=when(now)
+                if changed or c.last_transition_time is None
+                else c.last_transition_time,
+            )
+        )
+    if not found:
+        out.append(
+            Condition(
+                type=type_, status=new_status, reason=reason, message=message, last_transition_time=when(now)
+            )
+        )
+    return out
+
+
+def without_condition(conditions: Sequence[Condition], type_: str) -> list[Condition]:
+    return [c for c in conditions if c.type != type_]
+
+
+def condition(conditions: Sequence[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def is_true(conditions: Sequence[Condition], type_: str) -> bool:
+    c = condition(conditions, type_)
+    return c is not None and c.status == ConditionStatus.TRUE
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if hasattr(value, "model_dump"):
+        return value.model_dump(by_alias=True, exclude_none=True, mode="json")
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if hasattr(value, "value"):  # enums
+        return value.value
+    return value
+
+
+def patch(current: Any, **fields: Any) -> dict[str, Any]:
+    """A merge patch of the fields (snake_case names of the status model) whose value differs from
+    `current`; None clears a field. Empty when nothing changes, so callers can skip the write."""
+    out: dict[str, Any] = {}
+    model_fields = type(current).model_fields
+    for name, value in fields.items():
+        if _plain(getattr(current, name)) == _plain(value):
+            continue
+        alias = model_fields[name].alias or name
+        out[alias] = _plain(value)
+    return out
