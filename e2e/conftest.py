@@ -1,0 +1,168 @@
+"""e2e fixtures: a real Kubernetes API server with GPU nodes, shared by the whole test session.
+
+Backend, chosen with GPUQ_E2E_CLUSTER:
+  local     (default) gpuq.devcluster: etcd + kube-apiserver + kube-controller-manager + kube-scheduler
+            + kwok simulating the GPU nodes; started once per session (~5 s with cached binaries, the
+            first run builds them) and stopped at the end, even on Ctrl-C, a failing test, or the
+            session being killed (Linux). Shape: 2 zones x 2 blocks x 2 racks x 2 nodes x 8 GPUs, so
+            every topology level is distinct; GPUQ_E2E_SHAPE="racks=4,nodes_per_rack=4,blocks=2,zones=1"
+            overrides it. After a failed session the control-plane logs are kept and their path printed.
+  kind      pytest-kind-ng (the `kind` extra; needs Docker): e2e/kind/cluster.yaml; workers carry the
+            topology labels and get nvidia.com/gpu patched into their status. fail_node pauses the
+            node's container.
+  existing  the cluster of $KUBECONFIG (or ~/.kube/config). If that is a gpuq dev cluster
+            (`gpuq cluster up`), everything works as with `local`; elsewhere can_fail_nodes and
+            simulated_pods are False and tests needing them skip.
+
+Fixtures:
+  cluster    (session) a gpuq.devcluster.testing.E2ECluster: .api (kubernetes ApiClient), .core
+             (CoreV1Api), .kubeconfig, .shape, .nodes_by_rack, .node_names, .gpus_per_node,
+             .simulated_pods, .can_fail_nodes, .fail_node(name), .recover_node(name), .node_ready(name).
+  namespace  (function) a fresh namespace whose default service account exists; deleted afterwards.
+
+Tests import types and helpers from gpuq.devcluster.testing (E2ECluster, wait_for), never from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from gpuq.devcluster import Cluster, Shape
+from gpuq.devcluster.shape import GPU_RESOURCE, RACK_LABEL
+from gpuq.devcluster.testing import E2ECluster, wait_for
+
+E2E_SHAPE = Shape(racks=8, nodes_per_rack=2, gpus_per_node=8, blocks=4, zones=2)
+KIND_CONFIG = Path(__file__).parent / "kind" / "cluster.yaml"
+KIND_GPUS_PER_NODE = 8
+
+
+def _client(kubeconfig: Path) -> k8s.ApiClient:
+    return k8s_config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def e2e_shape() -> Shape:
+    """E2E_SHAPE with GPUQ_E2E_SHAPE overrides, e.g. "racks=4,nodes_per_rack=4"."""
+    overrides = dict(item.split("=", 1) for item in os.environ.get("GPUQ_E2E_SHAPE", "").split(",") if item)
+    return Shape(**{**asdict(E2E_SHAPE), **{k.strip(): int(v) for k, v in overrides.items()}}).validate()
+
+
+def _from_devcluster(backend: str, dev: Cluster) -> E2ECluster:
+    return E2ECluster(
+        backend,
+        dev.kubeconfig,
+        _client(dev.kubeconfig),
+        simulated_pods=True,
+        shape=dev.shape,
+        _fail=dev.fail_node,
+        _recover=dev.recover_node,
+    )
+
+
+@contextlib.contextmanager
+def _local(session: pytest.Session) -> Iterator[E2ECluster]:
+    Cluster.reap_abandoned("e2e-")  # clusters of killed sessions (off Linux: their processes too), old logs
+    # tie_to_process: the kernel stops the cluster if this session dies without tearing down
+    dev = Cluster.up(f"e2e-{os.getpid()}", e2e_shape(), tie_to_process=True)
+    try:
+        yield _from_devcluster("local", dev)
+    finally:
+        failed = session.testsfailed > 0
+        dev.down(keep_logs=failed)
+        if failed:
+            print(f"\ne2e control-plane logs kept in {dev.paths.logs}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _existing(_session: pytest.Session) -> Iterator[E2ECluster]:
+    kubeconfig = Path(os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]).expanduser()
+    dev = Cluster.for_kubeconfig(kubeconfig)
+    if dev is not None:
+        yield _from_devcluster("existing", dev)
+    else:
+        yield E2ECluster("existing", kubeconfig, _client(kubeconfig), simulated_pods=False)
+
+
+def _docker(*args: str) -> None:
+    subprocess.run(["docker", *args], check=True, capture_output=True)
+
+
+@contextlib.contextmanager
+def _kind(_session: pytest.Session) -> Iterator[E2ECluster]:
+    try:
+        from pytest_kind import KindCluster  # the `kind` extra: pip install -e '.[kind]'
+    except ImportError:
+        pytest.fail("GPUQ_E2E_CLUSTER=kind needs pytest-kind-ng: pip install -e '.[kind]'")
+    if shutil.which("docker") is None:
+        pytest.fail("GPUQ_E2E_CLUSTER=kind needs Docker on PATH")
+    kind = KindCluster("gpuq-e2e")
+    kind.create(config_file=KIND_CONFIG)
+    try:
+        kubeconfig = Path(kind.kubeconfig_path)
+        api = _client(kubeconfig)
+        _advertise_gpus(k8s.CoreV1Api(api), KIND_GPUS_PER_NODE)
+        # A kind node is a container named after the node: pausing it freezes the kubelet, so its
+        # heartbeat stops just as on a dead machine.
+        yield E2ECluster(
+            "kind",
+            kubeconfig,
+            api,
+            simulated_pods=False,
+            _fail=lambda node: _docker("pause", node),
+            _recover=lambda node: _docker("unpause", node),
+        )
+    finally:
+        kind.delete()
+
+
+def _advertise_gpus(core: k8s.CoreV1Api, gpus: int) -> None:
+    """Extended resources are advertised by patching node status, which is what a device plugin's
+    kubelet does for real; the kubelet keeps them."""
+    quantity = {GPU_RESOURCE: str(gpus)}
+    for node in core.list_node(label_selector=RACK_LABEL).items:
+        core.patch_node_status(
+            node.metadata.name, {"status": {"capacity": quantity, "allocatable": quantity}}
+        )
+
+
+BACKENDS: dict[str, Callable[[pytest.Session], contextlib.AbstractContextManager[E2ECluster]]] = {
+    "local": _local,
+    "existing": _existing,
+    "kind": _kind,
+}
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
+    backend = os.environ.get("GPUQ_E2E_CLUSTER", "local")
+    if backend not in BACKENDS:
+        pytest.fail(f"GPUQ_E2E_CLUSTER={backend!r}: expected one of {', '.join(BACKENDS)}")
+    with BACKENDS[backend](request.session) as handle:
+        yield handle
+
+
+@pytest.fixture
+def namespace(cluster: E2ECluster) -> Iterator[str]:
+    """A fresh namespace, ready for pods (its default service account exists)."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core = cluster.core
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    wait_for(
+        lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items),
+        30,
+        f"service account default in namespace {name}",
+    )
+    yield name
+    with contextlib.suppress(k8s.ApiException):
+        core.delete_namespace(name)
