@@ -72,7 +72,7 @@ def test_crd_names_scope_and_columns() -> None:
 def test_defaults_reach_nested_objects() -> None:
     """Objects with defaulted fields default to {} so the API server fills the nested defaults."""
     spec = crd.structural_schema(TrainingJobSpec)["properties"]
-    assert spec["topology"]["default"] == {}
+    assert spec["topology"]["default"] == {"mode": "Preferred"}
     assert spec["topology"]["properties"]["mode"]["default"] == "Preferred"
     assert spec["checkpoint"]["properties"]["gracePeriodSeconds"]["default"] == 60
     assert spec["workers"]["properties"]["template"]["x-kubernetes-preserve-unknown-fields"] is True
@@ -103,3 +103,12 @@ def test_models_apply_the_same_bounds_and_defaults() -> None:
     q = GPUQueueSpec.model_validate({"nominalGPUs": 16, "cohort": "research"})
     assert q.nominal_gpus == 16 and q.weight == 1.0 and q.queueing_strategy == "BestEffortFIFO"
     assert q.wire() == {"nominalGPUs": 16, "cohort": "research"}
+
+
+def test_object_defaults_equal_the_model_defaults() -> None:
+    """The API server validates a default as written (nested defaults are not applied to it)."""
+    from gpuq.api.trainingjob import CheckpointSpec, TopologySpec
+
+    spec = crd.structural_schema(TrainingJobSpec)["properties"]
+    for name, model in (("topology", TopologySpec), ("checkpoint", CheckpointSpec)):
+        assert spec[name]["default"] == model().model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -7,7 +7,13 @@ from enum import StrEnum
 from pydantic import Field
 
 from gpuq.api.meta import NAME_PATTERN, ApiModel, Condition, cel, conditions_field, with_rules
-from gpuq.core.model import QueueingStrategy, ReclaimPreemption, WithinQueuePreemption
+from gpuq.core.model import (
+    PreemptionPolicy,
+    Queue,
+    QueueingStrategy,
+    ReclaimPreemption,
+    WithinQueuePreemption,
+)
 
 
 class SelectorOperator(StrEnum):
@@ -114,6 +120,20 @@ class GPUQueueSpec(ApiModel):
         description="Optional per-GPU-model caps (model -> GPUs) on top of nominalGPUs.",
         json_schema_extra={"additionalProperties": {"type": "integer", "minimum": 0}},
     )
+
+    def to_core(self, name: str) -> Queue:
+        """The scheduling core's view of this queue (used by the operator and the simulator)."""
+        return Queue(
+            name=name,
+            nominal_gpus=self.nominal_gpus,
+            cohort=self.cohort,
+            borrowing_limit_gpus=self.borrowing_limit_gpus,
+            lending_limit_gpus=self.lending_limit_gpus,
+            weight=self.weight,
+            strategy=self.queueing_strategy,
+            preemption=PreemptionPolicy(self.preemption.within_queue, self.preemption.reclaim_within_cohort),
+            model_quotas=dict(self.model_quotas),
+        )
 
 
 class GPUQueueStatus(ApiModel):

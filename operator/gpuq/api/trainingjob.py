@@ -69,7 +69,11 @@ class TopologySpec(ApiModel):
     """Where the gang may be placed in the topology (levels come from the scheduler config)."""
 
     model_config = with_rules(
-        cel("self.mode != 'Required' || has(self.level)", "mode Required needs a level", ".level")
+        cel(
+            "!has(self.mode) || self.mode != 'Required' || has(self.level)",
+            "mode Required needs a level",
+            ".level",
+        )
     )
 
     level: str | None = Field(
@@ -131,12 +135,12 @@ class TrainingJobSpec(ApiModel):
     topology: TopologySpec = Field(
         default_factory=TopologySpec,
         description="Topology constraint of the gang.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": {"mode": TopologyMode.PREFERRED.value}},
     )
     checkpoint: CheckpointSpec = Field(
         default_factory=CheckpointSpec,
         description="Checkpoint request before preemption.",
-        json_schema_extra={"default": {}},
+        json_schema_extra={"default": {"requestOnPreemption": True, "gracePeriodSeconds": 60}},
     )
 
 

@@ -8,7 +8,7 @@ cycle already counts its GPUs (Kueue's assume/forget).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ class ClusterCache:
         self.pods: dict[str, PodEntry] = {}
         self.namespaces: dict[str, dict[str, str]] = {}
         self.assumed: dict[str, Assumed] = {}
+        self.deleted_job_uids: set[str] = set()  # jobs seen deleted whose pods may linger
         self._pods_by_job: dict[str, set[str]] = {}
         self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
         self._uid: dict[tuple[str, str], str] = {}
@@ -137,8 +138,9 @@ class ClusterCache:
     def delete_job(self, body: Mapping[str, Any]) -> None:
         md = _meta(body)
         key = f"{md['namespace']}/{md['name']}"
-        if self._forget_object("job", key, body) and self.jobs.pop(key, None) is not None:
+        if self._forget_object("job", key, body) and (gone := self.jobs.pop(key, None)) is not None:
             self.assumed.pop(key, None)
+            self.deleted_job_uids.add(gone.uid)
             self._changed()
 
     def assume(self, job: str, attempt: int, placement: tuple[str, ...], now: float) -> None:
@@ -189,9 +191,21 @@ class ClusterCache:
             pod.node_name = node
             self._changed()
 
-    def pods_of(self, job: str) -> list[PodEntry]:
-        return [self.pods[k] for k in sorted(self._pods_by_job.get(job, ())) if k in self.pods]
+    def pods_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
+        """Pods labelled for `job`; with `uid`, only those owned by that incarnation of it."""
+        pods = (self.pods[k] for k in sorted(self._pods_by_job.get(job, ())) if k in self.pods)
+        return [p for p in pods if uid is None or p.owner_uid in (uid, None)]
 
-    def orphan_pod_jobs(self) -> Iterator[str]:
-        """Jobs that own pods but are no longer in the cache (garbage collection will remove them)."""
-        return (job for job in self._pods_by_job if job not in self.jobs)
+    def orphans(self) -> list[PodEntry]:
+        """Live pods of deleted jobs. Garbage collection removes them too, but only after it has
+        discovered the CRD; deleting them right away releases their GPUs at once."""
+        if not self.deleted_job_uids:
+            return []
+        out = [
+            p
+            for p in self.pods.values()
+            if p.owner_uid in self.deleted_job_uids and p.live and not p.deleting
+        ]
+        still_referenced = {p.owner_uid for p in self.pods.values() if p.owner_uid}
+        self.deleted_job_uids &= still_referenced
+        return out

@@ -45,7 +45,8 @@ def _waiting_phase(job: JobEntry) -> Phase:
 
 def pending_status(job: JobEntry, pending: Pending, now: float) -> dict[str, Any]:
     s = job.status
-    conds = st.with_condition(s.conditions, st.ADMITTED, False, "Pending", pending.reason, now)
+    reason = pending.code or "Pending"
+    conds = st.with_condition(s.conditions, st.ADMITTED, False, reason, pending.reason, now)
     return st.patch(
         s,
         phase=_waiting_phase(job),

@@ -35,7 +35,7 @@ ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
 
 
 def _core_schedule() -> ScheduleFn:
-    from gpuq.core import schedule  # type: ignore[attr-defined]
+    from gpuq.core import schedule
 
     fn: ScheduleFn = schedule
     return fn
@@ -136,11 +136,12 @@ class SchedulingLoop:
         for key, job in list(self.cache.jobs.items()):
             if key in self.writer.busy or job.deleting:
                 continue
-            plan = lifecycle.observe(job, self.cache.pods_of(key), now, self.config.failover)
+            plan = lifecycle.observe(job, self.cache.pods_of(key, job.uid), now, self.config.failover)
             if plan:
                 self.writer.submit(key, partial(self._run_plan, job, plan, failed))
-        for job_key in list(self.cache.orphan_pod_jobs()):
-            log.debug("pods of a deleted job wait for garbage collection", job=job_key)
+        orphans = self.cache.orphans()
+        if orphans:
+            self.writer.submit("orphans", partial(self.writer.delete_pods, [p.key for p in orphans], failed))
 
     async def _run_plan(self, job: JobEntry, plan: lifecycle.Plan, failed: frozenset[str]) -> JobEntry:
         before = job.status.lost_gpu_seconds
@@ -158,7 +159,7 @@ class SchedulingLoop:
             if victim is None or victim.status.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.RECOVERING):
                 self.tracker.finish(ev.victim)
                 continue
-            live = [p for p in self.cache.pods_of(ev.victim) if p.live]
+            live = [p for p in self.cache.pods_of(ev.victim, victim.uid) if p.live]
             if ev.evicted:
                 if not live:
                     self.tracker.finish(ev.victim)  # resources released: the preemptor can be placed
@@ -196,7 +197,7 @@ class SchedulingLoop:
     async def _request_checkpoint(self, victim: JobEntry, ev: Eviction) -> None:
         grace = ev.deadline - ev.requested_at
         msg = f"preempted by {ev.for_job} ({ev.reason}); waiting up to {grace:.0f}s for a checkpoint"
-        live = [p.key for p in self.cache.pods_of(victim.key) if p.live and not p.deleting]
+        live = [p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and not p.deleting]
         await self.writer.annotate_pods(
             live, {meta.ANNOTATION_CHECKPOINT_REQUESTED: format_time(ev.requested_at)}
         )
@@ -217,7 +218,9 @@ class SchedulingLoop:
         )
 
     async def _cancel_checkpoint_request(self, victim: JobEntry) -> None:
-        live = [p.key for p in self.cache.pods_of(victim.key) if p.live and p.checkpoint_requested]
+        live = [
+            p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and p.checkpoint_requested
+        ]
         await self.writer.annotate_pods(live, {meta.ANNOTATION_CHECKPOINT_REQUESTED: None})
         if st.condition(victim.status.conditions, st.PREEMPTION_REQUESTED) is not None:
             conds = st.without_condition(victim.status.conditions, st.PREEMPTION_REQUESTED)
@@ -228,7 +231,7 @@ class SchedulingLoop:
         status = lifecycle.evict_status(
             victim, Phase.PREEMPTED, msg, now, self.config.failover, count_restart=False, reason="Preempted"
         )
-        live = tuple(p.key for p in self.cache.pods_of(victim.key) if p.live and not p.deleting)
+        live = tuple(p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and not p.deleting)
         await self.writer.run_plan(
             victim, lifecycle.Plan(victim.key, status, (st.warning("Preempted", msg),), live), failed
         )
@@ -283,7 +286,7 @@ class SchedulingLoop:
     async def _restart(
         self, job: JobEntry, r: Restart, admit: Admit | None, now: float, failed: frozenset[str]
     ) -> None:
-        pods = self.cache.pods_of(job.key)
+        pods = self.cache.pods_of(job.key, job.uid)
         why = f"node(s) {', '.join(r.failed_nodes)} failed: {r.reason}" if r.failed_nodes else r.reason
         plan = lifecycle.fail_or_restart(
             job, pods, why, now, self.config.failover, r.failed_nodes, "NodeFailed"

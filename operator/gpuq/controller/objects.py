@@ -120,6 +120,7 @@ class PodEntry:
     requests: Resources
     deleting: bool = False
     job: str | None = None  # "namespace/name" of the owning TrainingJob (label gpuq.dev/job-name)
+    owner_uid: str | None = None  # uid of that TrainingJob (an earlier job of the same name differs)
     attempt: int | None = None
     rank: int | None = None
     checkpoint: CheckpointReport | None = None
@@ -264,6 +265,9 @@ def parse_pod(body: Mapping[str, Any]) -> PodEntry:
         requests=requests,
         deleting=md.get("deletionTimestamp") is not None,
         job=f"{md['namespace']}/{job_name}" if job_name else None,
+        owner_uid=next(
+            (o.get("uid") for o in md.get("ownerReferences") or [] if o.get("kind") == "TrainingJob"), None
+        ),
         attempt=_int_label(labels, meta.LABEL_ATTEMPT),
         rank=_int_label(labels, meta.LABEL_RANK),
         checkpoint=checkpoint,

@@ -27,9 +27,7 @@ from gpuq.core.model import (
     Node,
     NodeSelectorRequirement,
     NodeSelectorTerm,
-    PreemptionPolicy,
     PreferredTerm,
-    Queue,
     Resources,
     Running,
     Snapshot,
@@ -209,7 +207,7 @@ class SnapshotBuilder:
         excluded: dict[str, Exclusion] = {}
         held: dict[str, Holding] = {}
         queues = {
-            name: _queue(name, q.spec) for name, q in sorted(cache.queues.items()) if q.spec is not None
+            name: q.spec.to_core(name) for name, q in sorted(cache.queues.items()) if q.spec is not None
         }
         # Pass 1: which jobs hold placements (they shape node usage and health).
         candidates: list[tuple[JobEntry, TrainingJobSpec, Holding | None]] = []
@@ -288,12 +286,12 @@ class SnapshotBuilder:
         self, cache: ClusterCache, now: float, config: SchedulerConfig, held: Mapping[str, Holding]
     ) -> tuple[list[Node], list[float | None]]:
         topo = config.topology
-        ours = {(key, h.attempt) for key, h in held.items()}
+        ours = {(cache.jobs[key].uid, h.attempt) for key, h in held.items()}
         others: dict[str, Resources] = {}
         for pod in cache.pods.values():
             if pod.node_name is None or not pod.live:
                 continue
-            if pod.job is not None and (pod.job, pod.attempt) in ours:
+            if pod.owner_uid is not None and (pod.owner_uid, pod.attempt) in ours:
                 continue  # counted through the job's placement
             others[pod.node_name] = add(others.get(pod.node_name, Resources()), pod.requests)
         nodes: list[Node] = []
@@ -338,20 +336,6 @@ def _too_big(spec: TrainingJobSpec, total_gpus: int, largest: int) -> str | None
     if w.replicas * w.gpus_per_worker > total_gpus:
         return f"the gang needs {w.replicas * w.gpus_per_worker} GPUs but the cluster has {total_gpus}"
     return None
-
-
-def _queue(name: str, spec: Any) -> Queue:
-    return Queue(
-        name=name,
-        nominal_gpus=spec.nominal_gpus,
-        cohort=spec.cohort,
-        borrowing_limit_gpus=spec.borrowing_limit_gpus,
-        lending_limit_gpus=spec.lending_limit_gpus,
-        weight=spec.weight,
-        strategy=spec.queueing_strategy,
-        preemption=PreemptionPolicy(spec.preemption.within_queue, spec.preemption.reclaim_within_cohort),
-        model_quotas=dict(spec.model_quotas),
-    )
 
 
 def _job(

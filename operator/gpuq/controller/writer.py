@@ -219,7 +219,7 @@ class Writer:
     async def _wait_for_previous_pods(self, job: str, attempt: int) -> None:
         """A re-placed gang starts only when the previous attempt's pods have left their nodes."""
         deadline = self.clock() + OLD_PODS_TIMEOUT
-        while any(p.live and p.attempt != attempt for p in self.cache.pods_of(job)):
+        while any(p.live and p.attempt != attempt for p in self.cache.pods_of(job)):  # any incarnation
             if self.clock() > deadline:
                 raise AdmissionFailed("pods of the previous attempt did not terminate in time")
             await asyncio.sleep(0.1)
@@ -243,7 +243,12 @@ class Writer:
 
         async def create(rank: int) -> None:
             key = f"{job.namespace}/{names[rank]}"
-            if key in self.cache.pods:
+            existing = self.cache.pods.get(key)
+            if existing is not None:
+                if existing.owner_uid != job.uid:
+                    raise AdmissionFailed(
+                        f"pod {names[rank]} still belongs to an earlier job of the same name"
+                    )
                 return
             body = pods.worker_pod(
                 job.namespace, job.name, job.uid, spec, rank, attempt, job.status.restarts, resume
@@ -253,7 +258,12 @@ class Writer:
             except ApiError as exc:
                 if not exc.conflict:
                     raise
-                self.cache.upsert_pod(await self.api.get(kubeapi.pod_path(job.namespace, names[rank])))
+                body = await self.api.get(kubeapi.pod_path(job.namespace, names[rank]))
+                self.cache.upsert_pod(body)
+                if self.cache.pods[key].owner_uid != job.uid:
+                    raise AdmissionFailed(
+                        f"pod {names[rank]} still belongs to an earlier job of the same name"
+                    ) from exc
 
         async def bind(rank: int) -> None:
             key, node = f"{job.namespace}/{names[rank]}", placement[rank]

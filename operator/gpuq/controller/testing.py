@@ -1,0 +1,257 @@
+"""Helpers for e2e tests, the demo and benchmarks: install the CRDs, run the operator as a real
+process (so tests can kill it), and a small client for queues and jobs.
+
+    from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+
+from gpuq.api import crd, meta
+
+DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+def _wait(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def install_crds(api: k8s.ApiClient, timeout: float = 30.0) -> None:
+    """Create or update the gpuq CRDs (rendered from gpuq.api) and wait until they are served."""
+    ext: Any = k8s.ApiextensionsV1Api(api)
+    for kind in crd.KINDS:
+        body = yaml.safe_load(crd.render(kind))
+        try:
+            current = ext.read_custom_resource_definition(kind.crd_name)
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(kind.crd_name, body)
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise
+            ext.create_custom_resource_definition(body)
+
+    def established() -> bool:
+        for kind in crd.KINDS:
+            conds = ext.read_custom_resource_definition(kind.crd_name).status.conditions or []
+            if not any(c.type == "Established" and c.status == "True" for c in conds):
+                return False
+        return True
+
+    _wait(established, timeout, "gpuq CRDs established")
+
+
+class OperatorProcess:
+    """`gpuq operator run` in a child process, logging to a file."""
+
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_path: Path,
+        config_path: Path | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_path = log_path
+        self.config_path = config_path
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        args = [sys.executable, "-m", "gpuq.cli", "operator", "run", "--metrics-port", "0"]
+        args += ["--kubeconfig", str(self.kubeconfig), *self.extra_args]
+        if self.config_path is not None:
+            args += ["--config", str(self.config_path)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the operator gets no chance to clean up, as in a node or OOM kill."""
+        if self.proc is not None and self.alive:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc is None or not self.alive:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class GpuqClient:
+    """TrainingJobs and GPUQueues through the official client, as plain dicts."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.api = api
+        self.custom: Any = k8s.CustomObjectsApi(api)  # returns plain dicts
+        self.core = k8s.CoreV1Api(api)
+
+    # queues
+    def create_queue(self, name: str, nominal: int, **spec: Any) -> dict[str, Any]:
+        body = {
+            "apiVersion": meta.API_VERSION,
+            "kind": "GPUQueue",
+            "metadata": {"name": name},
+            "spec": {"nominalGPUs": nominal, **spec},
+        }
+        result: dict[str, Any] = self.custom.create_cluster_custom_object(
+            meta.GROUP, meta.VERSION, "gpuqueues", body
+        )
+        return result
+
+    def queue(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.get_cluster_custom_object(
+            meta.GROUP, meta.VERSION, "gpuqueues", name
+        )
+        return result
+
+    def patch_queue(self, name: str, spec: Mapping[str, Any]) -> None:
+        self.custom.patch_cluster_custom_object(
+            meta.GROUP, meta.VERSION, "gpuqueues", name, {"spec": dict(spec)}
+        )
+
+    def delete_queue(self, name: str) -> None:
+        try:
+            self.custom.delete_cluster_custom_object(meta.GROUP, meta.VERSION, "gpuqueues", name)
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    # jobs
+    @staticmethod
+    def job_body(
+        name: str,
+        queue: str,
+        replicas: int,
+        gpus: int,
+        annotations: Mapping[str, str] | None = None,
+        image: str = DEFAULT_IMAGE,
+        **spec: Any,
+    ) -> dict[str, Any]:
+        template = {
+            "metadata": {"annotations": dict(annotations or {})},
+            "spec": {"terminationGracePeriodSeconds": 0, "containers": [{"name": "trainer", "image": image}]},
+        }
+        workers = {
+            "replicas": replicas,
+            "gpusPerWorker": gpus,
+            "template": template,
+            **spec.pop("workers", {}),
+        }
+        return {
+            "apiVersion": meta.API_VERSION,
+            "kind": "TrainingJob",
+            "metadata": {"name": name},
+            "spec": {"queue": queue, "workers": workers, **spec},
+        }
+
+    def create_job(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.create_namespaced_custom_object(
+            meta.GROUP, meta.VERSION, namespace, "trainingjobs", dict(body)
+        )
+        return result
+
+    def submit(
+        self, namespace: str, name: str, queue: str, replicas: int, gpus: int, **kw: Any
+    ) -> dict[str, Any]:
+        return self.create_job(namespace, self.job_body(name, queue, replicas, gpus, **kw))
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.get_namespaced_custom_object(
+            meta.GROUP, meta.VERSION, namespace, "trainingjobs", name
+        )
+        return result
+
+    def jobs(self, namespace: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.custom.list_namespaced_custom_object(
+            meta.GROUP, meta.VERSION, namespace, "trainingjobs"
+        )["items"]
+        return items
+
+    def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = self.custom.patch_namespaced_custom_object(
+            meta.GROUP, meta.VERSION, namespace, "trainingjobs", name, dict(patch)
+        )
+        return result
+
+    def delete_job(self, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(
+                meta.GROUP, meta.VERSION, namespace, "trainingjobs", name
+            )
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.job(namespace, name).get("status") or {}
+        return result
+
+    def wait_phase(
+        self, namespace: str, name: str, phases: str | tuple[str, ...], timeout: float = 60
+    ) -> dict[str, Any]:
+        wanted = (phases,) if isinstance(phases, str) else phases
+
+        def check() -> dict[str, Any] | None:
+            st = self.status(namespace, name)
+            return st if st.get("phase") in wanted else None
+
+        result: dict[str, Any] = _wait(
+            check, timeout, f"TrainingJob {namespace}/{name} in {'/'.join(wanted)}"
+        )
+        return result
+
+    def wait_status(
+        self, namespace: str, name: str, check: Callable[[dict[str, Any]], bool], timeout: float, what: str
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = _wait(
+            lambda: (lambda s: s if check(s) else None)(self.status(namespace, name)), timeout, what
+        )
+        return result
+
+    def pods(self, namespace: str, job: str) -> list[Any]:
+        return list(
+            self.core.list_namespaced_pod(namespace, label_selector=f"{meta.LABEL_JOB_NAME}={job}").items
+        )
+
+    def events(self, namespace: str, name: str) -> list[Any]:
+        return [e for e in self.core.list_namespaced_event(namespace).items if e.involved_object.name == name]
+
+    def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any] | None:
+        for c in self.status(namespace, name).get("conditions") or []:
+            if c.get("type") == type_:
+                found: dict[str, Any] = c
+                return found
+        return None

@@ -1,0 +1,108 @@
+"""ClusterCache: incremental, idempotent, wakes the loop only for changes that matter."""
+
+from __future__ import annotations
+
+import copy
+
+from builders import gang_pods, job, node, placed_status, pod
+
+from gpuq.controller.cache import ClusterCache
+
+
+def counting_cache() -> tuple[ClusterCache, list[int]]:
+    calls: list[int] = []
+    return ClusterCache(on_change=lambda: calls.append(1)), calls
+
+
+def test_same_object_again_does_not_wake_the_loop() -> None:
+    cache, calls = counting_cache()
+    body = node("n1")
+    cache.upsert_node(body)
+    again = copy.deepcopy(body)
+    again["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+    again["status"]["conditions"][0]["lastHeartbeatTime"] = "2030-01-01T00:00:00Z"  # not modelled
+    cache.upsert_node(again)
+    assert len(calls) == 1
+
+
+def test_stale_event_does_not_overwrite_a_newer_write() -> None:
+    cache, _ = counting_cache()
+    old = job("a")
+    new = copy.deepcopy(old)
+    new["metadata"]["resourceVersion"] = str(int(old["metadata"]["resourceVersion"]) + 5)
+    new["status"] = {"phase": "Queued"}
+    cache.upsert_job(new)  # e.g. the response of our status patch
+    cache.upsert_job(old)  # a watch event still in flight
+    assert cache.jobs["team-a/a"].status.phase == "Queued"
+
+
+def test_delete_of_an_older_incarnation_is_ignored() -> None:
+    cache, _ = counting_cache()
+    first = job("a")
+    second = job("a")
+    second["metadata"]["uid"] = "uid-new"
+    cache.upsert_job(first)
+    cache.delete_job(first)
+    cache.upsert_job(second)
+    cache.delete_job(first)  # late DELETED of the old object
+    assert cache.jobs["team-a/a"].uid == "uid-new"
+
+
+def test_unbound_foreign_pods_are_not_kept() -> None:
+    cache, calls = counting_cache()
+    cache.upsert_pod(pod("web", scheduler="default-scheduler"))
+    assert cache.pods == {} and calls == []
+    cache.upsert_pod(pod("web2", node_name="n1", scheduler="default-scheduler"))
+    assert "team-a/web2" in cache.pods
+
+
+def test_pods_are_indexed_by_job() -> None:
+    cache, _ = counting_cache()
+    for body in gang_pods("a", ["n1", "n2"]):
+        cache.upsert_pod(body)
+    assert [p.rank for p in cache.pods_of("team-a/a")] == [0, 1]
+    cache.delete_pod(gang_pods("a", ["n1", "n2"])[0] | {"metadata": {"name": "a-1-0", "namespace": "team-a"}})
+    assert [p.rank for p in cache.pods_of("team-a/a")] == [1]
+
+
+def test_assumption_lasts_until_the_api_records_the_attempt() -> None:
+    cache, _ = counting_cache()
+    cache.upsert_job(job("a"))
+    cache.assume("team-a/a", 1, ("n1", "n2"), 0.0)
+    cache.upsert_job(job("a", status={"phase": "Queued", "attempt": 0}))
+    assert "team-a/a" in cache.assumed
+    cache.upsert_job(job("a", status=placed_status(["n1", "n2"], "Admitted", attempt=1)))
+    assert "team-a/a" not in cache.assumed
+
+
+def test_forget_wakes_the_loop() -> None:
+    cache, calls = counting_cache()
+    cache.assume("team-a/a", 1, ("n1",), 0.0)
+    n = len(calls)
+    cache.forget("team-a/a")
+    cache.forget("team-a/a")
+    assert len(calls) == n + 1
+
+
+def test_pods_of_an_earlier_job_with_the_same_name_are_told_apart() -> None:
+    cache, _ = counting_cache()
+    old_pod = gang_pods("a", ["n1"])[0]
+    old_pod["metadata"]["ownerReferences"][0]["uid"] = "uid-old"
+    cache.upsert_pod(old_pod)
+    cache.upsert_job(job("a"))
+    assert cache.pods_of("team-a/a", cache.jobs["team-a/a"].uid) == []
+    assert len(cache.pods_of("team-a/a")) == 1
+
+
+def test_pods_of_deleted_jobs_are_orphans() -> None:
+    cache, _ = counting_cache()
+    body = job("a", status=placed_status(["n1", "n2"]))
+    cache.upsert_job(body)
+    for p in gang_pods("a", ["n1", "n2"]):
+        cache.upsert_pod(p)
+    assert cache.orphans() == []
+    cache.delete_job(body)
+    assert sorted(p.name for p in cache.orphans()) == ["a-1-0", "a-1-1"]
+    for p in gang_pods("a", ["n1", "n2"]):
+        cache.delete_pod(p)
+    assert cache.orphans() == [] and cache.deleted_job_uids == set()

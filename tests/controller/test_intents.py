@@ -1,0 +1,59 @@
+"""Status patches for admissions, pending jobs and blocked jobs; minimal, and empty when nothing changes."""
+
+from __future__ import annotations
+
+from builders import T0, job
+
+from gpuq.controller.intents import admit_status, blocked_status, pending_status, rollback_status
+from gpuq.controller.objects import parse_job
+from gpuq.controller.snapshot import Exclusion
+from gpuq.core.decisions import Admit, Pending
+
+
+def test_admission_persists_attempt_and_placement() -> None:
+    entry = parse_job(job("a", status={"phase": "Queued", "attempt": 2, "queuePosition": 3}))
+    patch = admit_status(entry, Admit("team-a/a", ("n2", "n1"), 1.0, borrowed_gpus=8), T0)
+    assert patch["phase"] == "Admitted" and patch["attempt"] == 3
+    assert patch["placement"] == [{"rank": 0, "node": "n2"}, {"rank": 1, "node": "n1"}]
+    assert patch["queuePosition"] is None  # merge patch: cleared
+    assert "borrowing 8 GPUs" in patch["message"]
+    assert patch["conditions"][0]["type"] == "Admitted" and patch["conditions"][0]["status"] == "True"
+
+
+def test_pending_update_is_empty_when_nothing_changed() -> None:
+    entry = parse_job(job("a", status={"phase": "Queued"}))
+    first = pending_status(entry, Pending("team-a/a", "needs 16 GPUs; queue has 8 free", 2), T0)
+    assert first["queuePosition"] == 2 and first["message"] == "needs 16 GPUs; queue has 8 free"
+    body = job("a", status={"phase": "Queued", **first})
+    assert (
+        pending_status(parse_job(body), Pending("team-a/a", "needs 16 GPUs; queue has 8 free", 2), T0 + 5)
+        == {}
+    )
+    assert pending_status(
+        parse_job(body), Pending("team-a/a", "needs 16 GPUs; queue has 8 free", 1), T0 + 5
+    ) == {"queuePosition": 1}
+
+
+def test_recovering_job_keeps_its_phase_while_waiting() -> None:
+    entry = parse_job(job("a", status={"phase": "Recovering"}))
+    assert "phase" not in pending_status(entry, Pending("team-a/a", "no capacity", 1), T0)
+
+
+def test_blocked_job_gets_a_condition_and_one_event() -> None:
+    entry = parse_job(job("a", status={"phase": "Queued", "queuePosition": 4}))
+    why = Exclusion("QueueNotFound", "GPUQueue 'q' does not exist")
+    patch, events = blocked_status(entry, why, T0)
+    assert patch["queuePosition"] is None and patch["message"] == why.message
+    blocked = next(c for c in patch["conditions"] if c["type"] == "Blocked")
+    assert blocked["reason"] == "QueueNotFound" and blocked["status"] == "True"
+    assert [e.reason for e in events] == ["QueueNotFound"]
+    again, events = blocked_status(parse_job(job("a", status={"phase": "Queued", **patch})), why, T0 + 9)
+    assert again == {} and events == ()
+
+
+def test_rollback_returns_the_job_to_the_queue() -> None:
+    entry = parse_job(
+        job("a", status={"phase": "Admitted", "attempt": 1, "placement": [{"rank": 0, "node": "n"}]})
+    )
+    patch = rollback_status(entry, "binding refused", T0)
+    assert patch["phase"] == "Queued" and patch["placement"] == [] and "binding refused" in patch["message"]

@@ -1,0 +1,110 @@
+"""Worker pod and rendezvous Service rendering."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from gpuq.api import meta
+from gpuq.api.trainingjob import CheckpointReport, TrainingJobSpec
+from gpuq.controller.pods import TemplateError, check_template, rendezvous_service, worker_pod
+
+
+def spec(**template_spec: object) -> TrainingJobSpec:
+    return TrainingJobSpec.model_validate(
+        {
+            "queue": "team-a",
+            "workers": {
+                "replicas": 4,
+                "gpusPerWorker": 8,
+                "template": {
+                    "metadata": {"labels": {"app": "llm", meta.LABEL_RANK: "99"}, "annotations": {"x": "y"}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "trainer",
+                                "image": "t:1",
+                                "env": [{"name": "RANK", "value": "bogus"}, {"name": "KEEP", "value": "1"}],
+                            },
+                            {"name": "sidecar", "image": "s:1"},
+                        ],
+                        **template_spec,
+                    },
+                },
+            },
+        }
+    )
+
+
+def env_of(container: dict[str, object]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container["env"]}  # type: ignore[index,union-attr,attr-defined]
+
+
+def test_worker_pod_carries_gang_identity_and_rendezvous() -> None:
+    pod = worker_pod("ns1", "llm", "uid-1", spec(), rank=2, attempt=3, restarts=1)
+    md, ps = pod["metadata"], pod["spec"]
+    assert md["name"] == "llm-3-2"
+    assert md["labels"] == {
+        "app": "llm",
+        meta.LABEL_JOB_NAME: "llm",
+        meta.LABEL_QUEUE: "team-a",
+        meta.LABEL_RANK: "2",
+        meta.LABEL_ATTEMPT: "3",
+    }
+    assert md["annotations"] == {"x": "y"}
+    owner = md["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("TrainingJob", "uid-1", True)
+    assert ps["schedulerName"] == "gpuq" and "nodeName" not in ps
+    assert ps["restartPolicy"] == "Never"
+    assert (ps["hostname"], ps["subdomain"]) == ("worker-2", "llm")
+    trainer, sidecar = ps["containers"]
+    assert trainer["resources"]["requests"]["nvidia.com/gpu"] == "8"
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert "resources" not in sidecar  # GPUs go to the first container only
+    env = env_of(trainer)
+    assert env["RANK"] == "2" and env["NODE_RANK"] == "2" and env["WORLD_SIZE"] == "4"
+    assert env["MASTER_ADDR"] == "worker-0.llm.ns1.svc" and env["MASTER_PORT"] == "29500"
+    assert env["GPUQ_RESTART_COUNT"] == "1" and env["GPUQ_ATTEMPT"] == "3" and env["KEEP"] == "1"
+    assert "GPUQ_RESUME_FROM" not in env
+    assert env_of(sidecar)["RANK"] == "2"
+
+
+def test_resume_env_on_restart() -> None:
+    ckpt = CheckpointReport(step=1200, path="s3://ckpt/1200", time=datetime(2024, 1, 1, tzinfo=UTC))
+    pod = worker_pod("ns1", "llm", "uid-1", spec(), rank=0, attempt=2, restarts=1, resume=ckpt)
+    env = env_of(pod["spec"]["containers"][0])
+    assert env["GPUQ_RESUME_FROM"] == "s3://ckpt/1200" and env["GPUQ_RESUME_STEP"] == "1200"
+
+
+def test_rendering_does_not_mutate_the_spec() -> None:
+    s = spec()
+    worker_pod("ns1", "llm", "uid-1", s, rank=0, attempt=1)
+    assert "schedulerName" not in s.workers.template["spec"]
+
+
+def test_service_is_headless_and_owned() -> None:
+    svc = rendezvous_service("ns1", "llm", "uid-1")
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["selector"] == {meta.LABEL_JOB_NAME: "llm"}
+    assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+@pytest.mark.parametrize(
+    ("template", "fragment"),
+    [
+        ({}, "template.spec is missing"),
+        ({"spec": {"containers": []}}, "at least one container"),
+        ({"spec": {"containers": [{"name": "a"}]}}, "needs a name and an image"),
+        (
+            {"spec": {"containers": [{"name": "a", "image": "i"}], "restartPolicy": "Always"}},
+            "Never or OnFailure",
+        ),
+        (
+            {"spec": {"containers": [{"name": "a", "image": "i"}], "nodeName": "n1"}},
+            "nodeName must not be set",
+        ),
+    ],
+)
+def test_template_errors_are_explained(template: dict[str, object], fragment: str) -> None:
+    with pytest.raises(TemplateError, match=fragment):
+        check_template(template)

@@ -1,0 +1,265 @@
+"""Snapshot building: what the core sees of nodes, queues and jobs, and what is kept out and why."""
+
+from __future__ import annotations
+
+import copy
+
+from builders import T0, gang_pods, job, namespace, node, placed_status, pod, queue
+
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.snapshot import SnapshotBuilder, View
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.model import GPU, Health, Topology, TopologyMode
+
+CFG = SchedulerConfig()
+
+
+def build(
+    *bodies: dict, now: float = T0 + 100, evicting: frozenset[str] = frozenset(), cfg: SchedulerConfig = CFG
+) -> View:
+    cache = ClusterCache()
+    for b in bodies:
+        getattr(
+            cache, f"upsert_{ {'GPUQueue': 'queue', 'TrainingJob': 'job'}.get(b['kind'], b['kind'].lower()) }"
+        )(b)
+    return SnapshotBuilder().build(cache, now, cfg, evicting)
+
+
+def nodes_of(view: View) -> dict:
+    return {n.name: n for n in view.snapshot.nodes}
+
+
+def jobs_of(view: View) -> dict:
+    return {j.key: j for j in view.snapshot.jobs}
+
+
+def test_node_paths_follow_topology_labels() -> None:
+    bare = node("n2")
+    del bare["metadata"]["labels"]["gpuq.dev/block"]
+    del bare["metadata"]["labels"]["topology.kubernetes.io/zone"]
+    v = build(node("n1", rack="r1", block="b1", zone="z1"), bare)
+    assert nodes_of(v)["n1"].path == ("z1", "b1", "r1", "n1")
+    # Missing zone/block labels do not split the parent: the rack still counts.
+    assert nodes_of(v)["n2"].path == ("", "", "rack-0", "n2")
+    assert nodes_of(v)["n1"].allocatable.gpus == 8 and nodes_of(v)["n1"].gpu_model == "H100"
+
+
+def test_node_health_from_conditions_taints_cordon_and_deletion() -> None:
+    tainted = node("tainted")
+    tainted["spec"]["taints"] = [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]
+    cordoned = node("cordoned")
+    cordoned["spec"]["unschedulable"] = True
+    deleting = node("deleting", deletionTimestamp="2023-11-14T22:15:00Z")
+    v = build(node("ok"), node("down", ready=False, since=T0 + 95), tainted, cordoned, deleting, now=T0 + 100)
+    n = nodes_of(v)
+    assert n["ok"].health == Health.HEALTHY and n["ok"].not_ready_since is None
+    assert n["down"].not_ready_since == T0 + 95  # the core applies the grace period
+    assert n["tainted"].health == Health.FAILED
+    assert n["cordoned"].health == Health.CORDONED
+    assert n["deleting"].health == Health.FAILED
+    assert v.wake_at == T0 + 95 + CFG.failover.not_ready_grace_seconds
+
+
+def test_unhealthy_gpus_are_reported() -> None:
+    sick = node("sick")
+    sick["status"]["allocatable"]["nvidia.com/gpu"] = "6"  # device plugin dropped two GPUs
+    assert nodes_of(build(sick))["sick"].healthy_gpus == 6
+    assert nodes_of(build(node("fine")))["fine"].healthy_gpus is None
+
+
+def test_queue_and_job_translation() -> None:
+    v = build(
+        node("n1"),
+        queue("q", 16, cohort="c", borrowingLimitGPUs=8, weight=2, queueingStrategy="StrictFIFO"),
+        node("n2"),
+        job("a", priority=5, topology={"level": "rack", "mode": "Required"}, minRuntimeSeconds=30),
+    )
+    q = v.snapshot.queues[0]
+    assert (q.name, q.nominal_gpus, q.cohort, q.borrowing_limit_gpus, q.weight, q.strategy) == (
+        "q",
+        16,
+        "c",
+        8,
+        2.0,
+        "StrictFIFO",
+    )
+    j = jobs_of(v)["team-a/a"]
+    assert (j.queue, j.priority, j.workers.replicas, j.workers.gpus_per_worker) == ("q", 5, 2, 8)
+    assert j.workers.cpu_millis == 4000 and j.workers.memory_bytes == 16 * 2**30
+    assert j.topology.level == "rack" and j.topology.mode == TopologyMode.REQUIRED
+    assert j.min_runtime_seconds == 30 and j.running is None and j.created_at == T0
+
+
+def test_template_constraints_reach_the_core() -> None:
+    template = {
+        "spec": {
+            "containers": [{"name": "c", "image": "i"}],
+            "nodeSelector": {"pool": "a"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "x", "effect": "NoSchedule"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "gpuq.dev/rack", "operator": "In", "values": ["r1"]}
+                                ]
+                            }
+                        ]
+                    },
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "weight": 10,
+                            "preference": {"matchExpressions": [{"key": "fast", "operator": "Exists"}]},
+                        }
+                    ],
+                }
+            },
+        }
+    }
+    workers_extra = job("a", replicas=1, template=template)
+    workers_extra["spec"]["workers"].update(gpuModels=["H100"], mixedModels=True)
+    c = jobs_of(build(node("n1"), queue("q"), workers_extra))["team-a/a"].constraints
+    assert c.node_selector == {"pool": "a"}
+    assert c.required_terms[0].match_expressions[0].values == ("r1",)
+    assert c.preferred_terms[0].weight == 10
+    assert c.tolerations[0].key == "dedicated" and c.tolerations[0].effect == "NoSchedule"
+    assert c.gpu_models == ("H100",) and c.mixed_models
+
+
+def test_running_job_holds_its_placement_and_its_pods_are_not_double_counted() -> None:
+    nodes = ["n1", "n2"]
+    v = build(
+        node("n1"),
+        node("n2"),
+        queue("q"),
+        job("a", status=placed_status(nodes, attempt=2)),
+        *gang_pods("a", nodes, attempt=2),
+        pod("a-1-0", node_name="n1", job_name="a", attempt=1, deleting=True),  # previous attempt, leaving
+        pod("web", "default", node_name="n2", scheduler="default-scheduler", gpus=2),
+        pod("done", "default", node_name="n2", scheduler="default-scheduler", phase="Succeeded", gpus=8),
+    )
+    j = jobs_of(v)["team-a/a"]
+    assert j.running is not None and j.running.placement == ("n1", "n2") and j.running.started_at == T0 + 20
+    n = nodes_of(v)
+    assert n["n1"].used_by_others.gpus == 8  # the old attempt's pod still holds its GPUs
+    assert n["n2"].used_by_others.gpus == 2  # the foreign running pod; the finished one is free
+    assert v.holding["team-a/a"].attempt == 2
+
+
+def test_assumed_admission_counts_before_the_api_says_so() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("n1"))
+    cache.upsert_queue(queue("q"))
+    cache.upsert_job(job("a", replicas=1))
+    cache.assume("team-a/a", 1, ("n1",), T0)
+    v = SnapshotBuilder().build(cache, T0 + 1, CFG)
+    assert jobs_of(v)["team-a/a"].running.placement == ("n1",)  # type: ignore[union-attr]
+
+
+def test_jobs_kept_out_say_why() -> None:
+    restricted = queue("locked", namespaceSelector={"matchLabels": {"team": "b"}})
+    bad_template = job("tmpl", template={"spec": {"containers": []}})
+    v = build(
+        node("n1"),
+        node("n2"),
+        queue("q"),
+        restricted,
+        namespace("team-a", team="a"),
+        job("orphan", queue_name="missing"),
+        job("wrongns", queue_name="locked"),
+        job("lvl", topology={"level": "pod", "mode": "Required"}),
+        bad_template,
+        job("huge", replicas=3),  # 24 GPUs > 16 in the cluster
+        job("wide", replicas=1, gpus=16),  # no node has 16
+        job("fine"),
+    )
+    ex = {k.split("/")[1]: (e.reason, e.message) for k, e in v.excluded.items()}
+    assert ex["orphan"][0] == "QueueNotFound" and "'missing' does not exist" in ex["orphan"][1]
+    assert ex["wrongns"][0] == "NamespaceNotAllowed" and "team=b" in ex["wrongns"][1]
+    assert ex["lvl"][0] == "UnknownTopologyLevel" and "zone, block, rack, node" in ex["lvl"][1]
+    assert ex["tmpl"][0] == "InvalidPodTemplate"
+    assert ex["huge"][0] == "Unschedulable" and "24 GPUs" in ex["huge"][1]
+    assert ex["wide"][0] == "Unschedulable" and "largest node has 8" in ex["wide"][1]
+    assert list(jobs_of(v)) == ["team-a/fine"]
+
+
+def test_finished_jobs_are_not_scheduled() -> None:
+    v = build(
+        node("n1"), queue("q"), job("a", status={"phase": "Succeeded"}), job("b", status={"phase": "Failed"})
+    )
+    assert v.snapshot.jobs == ()
+
+
+def test_running_job_of_a_deleted_queue_keeps_counting_as_usage() -> None:
+    v = build(
+        node("n1"),
+        node("n2"),
+        job("a", queue_name="gone", status=placed_status(["n1", "n2"])),
+        *gang_pods("a", ["n1", "n2"]),
+    )
+    assert v.snapshot.jobs == () and "team-a/a" not in v.excluded
+    assert nodes_of(v)["n1"].used_by_others.gpus == 8
+
+
+def test_node_deleted_under_a_running_job_is_a_failed_node() -> None:
+    v = build(node("n1"), queue("q"), job("a", status=placed_status(["n1", "gone"])))
+    gone = nodes_of(v)["gone"]
+    assert gone.health == Health.FAILED and gone.path[-1] == "gone"
+    assert len(gone.path) == len(Topology().levels)
+
+
+def test_recovering_job_and_backoff() -> None:
+    status = {
+        "phase": "Recovering",
+        "attempt": 1,
+        "restarts": 1,
+        "failedNodes": ["n9"],
+        "previousPlacement": [{"rank": 1, "node": "n2"}, {"rank": 0, "node": "n1"}],
+        "notBefore": "2023-11-14T22:20:00Z",
+    }
+    v = build(node("n1"), node("n2"), queue("q"), job("a", status=status), now=T0 + 100)
+    j = jobs_of(v)["team-a/a"]
+    assert j.recovering and j.running is None and j.restart_count == 1
+    assert j.avoid_nodes == frozenset({"n9"}) and j.previous_placement == ("n1", "n2")
+    assert j.not_before == T0 + 400 and v.wake_at == T0 + 400
+
+
+def test_preemption_victim_holds_its_nodes_until_its_pods_are_gone() -> None:
+    status = {"phase": "Preempted", "attempt": 1, "previousPlacement": [{"rank": 0, "node": "n1"}]}
+    bodies = (node("n1"), queue("q"), job("v", replicas=1, status=status), *gang_pods("v", ["n1"]))
+    held = build(*bodies, evicting=frozenset({"team-a/v"}))
+    j = jobs_of(held)["team-a/v"]
+    assert j.evicting and j.running is not None and j.running.placement == ("n1",)
+    assert nodes_of(held)["n1"].used_by_others.gpus == 0
+    free = build(*bodies)  # once the tracker lets go, it is just a pending job
+    assert jobs_of(free)["team-a/v"].running is None
+
+
+def test_checkpoint_annotation_is_newer_than_status() -> None:
+    status = {"phase": "Queued", "lastCheckpoint": {"step": 1, "path": "p1", "time": "2023-11-14T22:00:00Z"}}
+    ann = {"gpuq.dev/checkpoint": '{"step": 5, "path": "p5", "time": 1700000050}'}
+    j = jobs_of(build(node("n1"), queue("q"), job("a", replicas=1, status=status, annotations=ann)))[
+        "team-a/a"
+    ]
+    assert j.checkpoint is not None and (j.checkpoint.step, j.checkpoint.path) == (5, "p5")
+    assert j.checkpoint.time == 1700000050
+
+
+def test_custom_topology_levels() -> None:
+    cfg = SchedulerConfig(
+        topology=Topology(levels=("rack", "node"), labels=("gpuq.dev/rack", "kubernetes.io/hostname"))
+    )
+    v = build(
+        node("n1", rack="r7"), queue("q"), job("a", topology={"level": "zone", "mode": "Required"}), cfg=cfg
+    )
+    assert nodes_of(v)["n1"].path == ("r7", "n1")
+    assert v.excluded["team-a/a"].reason == "UnknownTopologyLevel"
+
+
+def test_builder_is_deterministic() -> None:
+    bodies = [node(f"n{i}") for i in range(5)] + [queue("q")] + [job(f"j{i}", replicas=1) for i in range(5)]
+    a = build(*bodies)
+    b = build(*reversed(copy.deepcopy(bodies)))
+    assert a.snapshot == b.snapshot
+    assert GPU == "nvidia.com/gpu"
