@@ -3,12 +3,24 @@ die and come back, and pods that finish when their simulated work is done."""
 
 from __future__ import annotations
 
+import os
+import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from gpuq.devcluster import SIM_DURATION, SIM_EXIT_CODE, SIM_FAIL_AFTER
+from gpuq.devcluster import (
+    SIM_DURATION,
+    SIM_EXIT_CODE,
+    SIM_FAIL_AFTER,
+    Cluster,
+    DevClusterError,
+    PortClash,
+    Shape,
+    ensure_binaries,
+)
 from gpuq.devcluster.shape import (
     BLOCK_LABEL,
     GPU_PRODUCT_LABEL,
@@ -174,3 +186,89 @@ def test_deleted_pod_goes_away_and_frees_its_gpus(cluster: E2ECluster, namespace
     again.spec.node_selector = {HOSTNAME_LABEL: pod.spec.node_name}
     cluster.core.create_namespaced_pod(namespace, again)
     wait_for(lambda: pod_phase_is(cluster, namespace, "successor", "Running"), 60, "successor Running")
+
+
+# -- the dev cluster itself: side by side, and bad input -----------------------------------------------
+
+needs_devcluster = pytest.mark.skipif(
+    os.environ.get("GPUQ_E2E_CLUSTER", "local") != "local" or not Path("/proc").is_dir(),
+    reason="exercises gpuq.devcluster processes (local backend, Linux /proc)",
+)
+
+
+def processes_under(directory: Path) -> list[str]:
+    """Command lines of live processes that mention `directory` (every component's flags do)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(directory) in args:
+            found.append(args)
+    return found
+
+
+def tiny() -> Shape:
+    return Shape(racks=1, nodes_per_rack=1, blocks=1, zones=1)
+
+
+@needs_devcluster
+def test_second_cluster_runs_beside_the_first_and_down_leaves_nothing(cluster: E2ECluster) -> None:
+    side = Cluster.up(f"e2e-side-{os.getpid()}", tiny(), tie_to_process=True)
+    try:
+        assert side.server not in cluster.api.configuration.host
+        assert side.nodes_by_rack() == {"rack-0": ["gpu-r0-n0"]}
+        assert side.status().healthy
+        assert len(cluster.node_names) > 1  # the session's cluster is untouched
+    finally:
+        side.down()
+    assert not processes_under(side.paths.root)
+    assert not side.paths.root.exists()
+    assert all(cluster.node_ready(n) for n in cluster.node_names[:2])
+
+
+@needs_devcluster
+def test_port_clash_is_one_clear_error_and_leaves_nothing_running() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        name = f"e2e-clash-{os.getpid()}"
+        with pytest.raises(PortClash) as err:
+            Cluster.up(name, tiny(), apiserver_port=port, tie_to_process=True)
+    message = str(err.value)
+    assert f"port {port}" in message and "kube-apiserver.log" in message and "\n" not in message
+    assert not processes_under(Path(err.value.log or "").parents[1])
+    assert Cluster.remove_leftovers(name)  # the logs were kept for diagnosis; now they go
+
+
+@needs_devcluster
+def test_binary_dying_at_start_names_it_and_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    for binary in ensure_binaries().iterdir():
+        (bins / binary.name).symlink_to(binary)
+    (bins / "kube-scheduler").unlink()
+    (bins / "kube-scheduler").write_text(
+        '#!/bin/sh\necho \'E0101 run.go:72] "command failed" err="broken"\'\nexit 3\n'
+    )
+    (bins / "kube-scheduler").chmod(0o755)
+    monkeypatch.setenv("GPUQ_BIN_DIR", str(bins))
+    name = f"e2e-dies-{os.getpid()}"
+    with pytest.raises(DevClusterError) as err:
+        Cluster.up(name, tiny(), tie_to_process=True)
+    message = str(err.value)
+    assert message.startswith("kube-scheduler exited during start-up") and "broken" in message
+    assert message.endswith("kube-scheduler.log)")
+    assert not processes_under(Path(err.value.log or "").parents[1])
+    assert Cluster.remove_leftovers(name)
+
+
+def test_missing_go_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUQ_CACHE_DIR", str(tmp_path))  # nothing built there
+    monkeypatch.delenv("GPUQ_BIN_DIR", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(DevClusterError, match=r"^Go is not installed"):
+        Cluster.up("e2e-nogo", tiny())
+    assert not (tmp_path / "clusters" / "e2e-nogo" / "state.json").exists()

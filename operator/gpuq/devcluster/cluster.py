@@ -278,8 +278,10 @@ class Cluster:
             self._await("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"), deadline)
             mark("etcd")
             start("kube-apiserver", comp.apiserver_argv(bin_dir, pki, ports))
-            rest = self.rest(timeout=5.0)
-            self._await("kube-apiserver", lambda: rest.call("GET", "/readyz")[0] == 200, deadline)
+            # short probe timeout: a port someone else listens on accepts and then never answers TLS
+            probe = self.rest(timeout=1.0)
+            self._await("kube-apiserver", lambda: probe.call("GET", "/readyz")[0] == 200, deadline)
+            rest = self.rest(timeout=10.0)
             mark("apiserver")
             start("kube-controller-manager", comp.controller_manager_argv(bin_dir, paths, pki, ports, timing))
             start("kube-scheduler", comp.scheduler_argv(bin_dir, paths, ports))
