@@ -39,7 +39,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpuq.devcluster import Cluster, Shape
+from gpuq.devcluster import Cluster, Shape, ensure_binaries
 from gpuq.devcluster.shape import GPU_RESOURCE, RACK_LABEL
 from gpuq.devcluster.testing import E2ECluster, wait_for
 
@@ -73,6 +73,7 @@ def _from_devcluster(backend: str, dev: Cluster) -> E2ECluster:
 @contextlib.contextmanager
 def _local(session: pytest.Session) -> Iterator[E2ECluster]:
     Cluster.reap_abandoned("e2e-")  # clusters of killed sessions (off Linux: their processes too), old logs
+    ensure_binaries(progress=sys.__stderr__)  # a first build takes minutes: show it past pytest's capture
     # tie_to_process: the kernel stops the cluster if this session dies without tearing down
     dev = Cluster.up(f"e2e-{os.getpid()}", e2e_shape(), tie_to_process=True)
     try:
