@@ -31,4 +31,5 @@ def configure(level: str = "INFO", json: bool = True) -> None:
 
 
 def get_logger(name: str, **bound: Any) -> Any:
-    return structlog.get_logger(name).bind(**bound)
+    # Stays a lazy proxy (no .bind() here), so module-level loggers honour a later configure().
+    return structlog.get_logger(logger=name, **bound)
