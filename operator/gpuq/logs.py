@@ -32,4 +32,4 @@ def configure(level: str = "INFO", json: bool = True) -> None:
 
 def get_logger(name: str, **bound: Any) -> Any:
     # Stays a lazy proxy (no .bind() here), so module-level loggers honour a later configure().
-    return structlog.get_logger(logger=name, **bound)
+    return structlog.get_logger(logger_name=name, **bound)
