@@ -1,0 +1,380 @@
+"""ClusterIndex: everything `schedule` derives from a snapshot before it decides, kept between cycles.
+
+`schedule(snapshot, now, config)` builds one from scratch (O(nodes log nodes + jobs)). A caller that runs
+many cycles (the operator loop, the simulator) may keep one and feed it the deltas since the last cycle
+with `apply`, which costs O(changes); `schedule(snapshot, now, config, index=index)` then starts from
+it. The index is a cache, never a source of truth: `schedule` never changes its view of the cluster (it
+works on a copy), and decisions are the same with or without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.constraints import constraints_key, first_failed_filter, is_schedulable, node_model
+from gpuq.core.fit import Demand, Extra, extra_of
+from gpuq.core.model import Job, Node, Snapshot, TaintEffect
+from gpuq.core.pools import Pool
+from gpuq.core.topology import DomainTree
+
+NO_MODEL = ""  # model key of nodes that report no GPU model
+
+
+class SnapshotError(ValueError):
+    """The snapshot is structurally wrong (a bug in the code that built it); nothing was decided."""
+
+
+@dataclass(frozen=True, slots=True)
+class Eligibility:
+    """Nodes (indices, canonical order) passing a constraint signature's hard filters, and why the
+    others failed: filter name -> number of schedulable nodes it was the first to reject."""
+
+    nodes: tuple[int, ...]
+    rejected_by: tuple[tuple[str, int], ...]
+
+
+def _add_extra(target: dict[str, int] | None, extra: Extra, sign: int) -> dict[str, int] | None:
+    if not extra:
+        return target
+    out = dict(target) if target else {}
+    for k, v in extra:
+        out[k] = out.get(k, 0) + sign * v
+    return out
+
+
+class ClusterIndex:
+    """Node arrays, the domain tree, open-pool aggregates and job bookkeeping of one snapshot."""
+
+    def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
+        self.config = config
+        self.rebuilds = 0
+        self._build(snapshot)
+
+    # ---- building -------------------------------------------------------------------------------
+
+    def _build(self, snapshot: Snapshot) -> None:
+        self.rebuilds += 1
+        self.snapshot = snapshot
+        self.topology = snapshot.topology
+        L = len(snapshot.topology.levels)
+        if L < 1:
+            raise SnapshotError("topology needs at least one level (the node level)")
+        seen: set[str] = set()
+        for node in snapshot.nodes:
+            if node.name in seen:
+                raise SnapshotError(f"node {node.name!r} appears twice in the snapshot")
+            seen.add(node.name)
+            if len(node.path) != L:
+                raise SnapshotError(
+                    f"node {node.name!r} has topology path {node.path!r} of length {len(node.path)}, "
+                    f"expected {L} (levels {snapshot.topology.levels})"
+                )
+        nodes = sorted(snapshot.nodes, key=lambda nd: (nd.path[:-1], nd.name))
+        self.nodes: list[Node] = nodes
+        self.node_idx = {nd.name: i for i, nd in enumerate(nodes)}
+        self.paths = [(*nd.path[:-1], nd.name) for nd in nodes]
+        self.tree = DomainTree(snapshot.topology, self.paths)
+        N = len(nodes)
+        self.cap_gpu = [0] * N
+        self.cap_cpu = [0] * N
+        self.cap_mem = [0] * N
+        self.cap_extra: list[dict[str, int] | None] = [None] * N
+        self.used_gpu = [0] * N  # by gpuq's running jobs
+        self.used_cpu = [0] * N
+        self.used_mem = [0] * N
+        self.used_extra: list[dict[str, int] | None] = [None] * N
+        self.free_gpu = [0] * N
+        self.free_cpu = [0] * N
+        self.free_mem = [0] * N
+        self.free_extra: list[dict[str, int] | None] = [None] * N
+        self.schedulable = bytearray(N)
+        self.model: list[str] = [NO_MODEL] * N
+        self.suspects: set[int] = set()  # nodes that may fail gangs: health, NotReady, NoExecute, bad GPUs
+        self.static_version = 0
+        self.eligibility_cache: dict[Hashable, Eligibility] = {}
+        for i, nd in enumerate(nodes):
+            self._load_static(i, nd)
+        self.width = max([*self.cap_gpu, 1]) + 1
+        self.models = sorted({self.model[i] for i in range(N) if self.schedulable[i]})
+        # Jobs.
+        self.jobs: dict[str, Job] = {}
+        self.demand: dict[str, Demand] = {}
+        self.job_nodes: dict[str, tuple[tuple[int, int], ...]] = {}  # running: (node, ranks there)
+        self.orphans: dict[str, tuple[str, ...]] = {}  # running job -> its node names not in the snapshot
+        self.on_node: dict[int, set[str]] = {}
+        self.running_by_queue: dict[str, set[str]] = {}
+        self.pending: set[str] = set()
+        self.evicting: set[str] = set()
+        self.usage: dict[str, int] = {}  # queue -> GPUs held (running, not evicting) or kept (recovering)
+        self.model_usage: dict[str, dict[str, int]] = {}
+        for job in snapshot.jobs:
+            if job.key in self.jobs:
+                raise SnapshotError(f"job {job.key!r} appears twice in the snapshot")
+            self._add_job(job)
+        for i in range(N):
+            self._refresh_free(i)
+        self._build_pools()
+
+    def _load_static(self, i: int, nd: Node) -> None:
+        gpus = nd.allocatable.gpus if nd.healthy_gpus is None else min(nd.allocatable.gpus, nd.healthy_gpus)
+        self.cap_gpu[i] = gpus
+        self.cap_cpu[i] = nd.allocatable.cpu_millis
+        self.cap_mem[i] = nd.allocatable.memory_bytes
+        # Extended resources are kept net of other schedulers' pods (GPU/CPU/memory subtract them in
+        # _refresh_free, so the shell can update used_by_others without touching capacity).
+        cap_extra = dict(nd.allocatable.extra) if nd.allocatable.extra else None
+        others = extra_of(nd.used_by_others)
+        self.cap_extra[i] = _add_extra(cap_extra, others, -1) if others else cap_extra
+        self.schedulable[i] = 1 if is_schedulable(nd) else 0
+        self.model[i] = node_model(nd, self.config.gpu_model_label) or NO_MODEL
+        suspect = (
+            not self.schedulable[i]
+            or nd.healthy_gpus is not None
+            or any(t.effect is TaintEffect.NO_EXECUTE for t in nd.taints)
+        )
+        if suspect:
+            self.suspects.add(i)
+        else:
+            self.suspects.discard(i)
+
+    def _refresh_free(self, i: int) -> None:
+        nd = self.nodes[i]
+        o = nd.used_by_others
+        self.free_gpu[i] = self.cap_gpu[i] - o.gpus - self.used_gpu[i]
+        self.free_cpu[i] = self.cap_cpu[i] - o.cpu_millis - self.used_cpu[i]
+        self.free_mem[i] = self.cap_mem[i] - o.memory_bytes - self.used_mem[i]
+        used = self.used_extra[i]
+        cap = self.cap_extra[i]
+        if used:
+            self.free_extra[i] = _add_extra(cap, tuple(used.items()), -1)
+        else:
+            self.free_extra[i] = dict(cap) if cap else None
+
+    def _open(self, i: int) -> bool:
+        """Open nodes take any job: schedulable and untainted."""
+        return bool(self.schedulable[i]) and not self.nodes[i].taints
+
+    def _build_pools(self) -> None:
+        N = len(self.nodes)
+        open_nodes = [i for i in range(N) if self._open(i)]
+        self.open_all = Pool(self.tree, self.width, N, open_nodes, self.free_gpu, None, "open")
+        by_model: dict[str, list[int]] = {m: [] for m in self.models}
+        for i in open_nodes:
+            by_model[self.model[i]].append(i)
+        self.open_by_model = {
+            m: Pool(self.tree, self.width, N, members, self.free_gpu, m, f"open:{m}")
+            for m, members in sorted(by_model.items())
+        }
+        self.soft_tainted = sum(
+            1
+            for i in range(N)
+            if self.schedulable[i]
+            and self.nodes[i].taints
+            and all(t.effect is TaintEffect.PREFER_NO_SCHEDULE for t in self.nodes[i].taints)
+        )
+
+    def pools(self) -> list[Pool]:
+        return [self.open_all, *self.open_by_model.values()]
+
+    # ---- jobs -----------------------------------------------------------------------------------
+
+    def _add_job(self, job: Job) -> None:
+        key = job.key
+        self.jobs[key] = job
+        d = Demand.of(job.workers)
+        self.demand[key] = d
+        if job.running is None:
+            self.pending.add(key)
+            if job.recovering:
+                self._count_usage(job.queue, job.workers.total_gpus, ())
+            return
+        counts: dict[int, int] = {}
+        missing: list[str] = []
+        for name in job.running.placement:
+            i = self.node_idx.get(name)
+            if i is None:
+                missing.append(name)
+            else:
+                counts[i] = counts.get(i, 0) + 1
+        placed = tuple(sorted(counts.items()))
+        self.job_nodes[key] = placed
+        if missing:
+            self.orphans[key] = tuple(sorted(set(missing)))
+        self.running_by_queue.setdefault(job.queue, set()).add(key)
+        for i, k in placed:
+            self.on_node.setdefault(i, set()).add(key)
+            self._use(i, d, k)
+        if job.evicting:
+            self.evicting.add(key)
+        else:
+            self._count_usage(job.queue, len(job.running.placement) * d.gpus, self._models_of(placed, d))
+
+    def _remove_job(self, key: str) -> None:
+        job = self.jobs.pop(key)
+        d = self.demand.pop(key)
+        if job.running is None:
+            self.pending.discard(key)
+            if job.recovering:
+                self._count_usage(job.queue, -job.workers.total_gpus, ())
+            return
+        placed = self.job_nodes.pop(key)
+        self.orphans.pop(key, None)
+        self.running_by_queue[job.queue].discard(key)
+        for i, k in placed:
+            self.on_node[i].discard(key)
+            self._use(i, d, -k)
+        if key in self.evicting:
+            self.evicting.discard(key)
+        else:
+            models = tuple((m, -g) for m, g in self._models_of(placed, d))
+            self._count_usage(job.queue, -len(job.running.placement) * d.gpus, models)
+
+    def _models_of(self, placed: tuple[tuple[int, int], ...], d: Demand) -> tuple[tuple[str, int], ...]:
+        out: dict[str, int] = {}
+        for i, k in placed:
+            m = self.model[i]
+            if m != NO_MODEL and d.gpus:
+                out[m] = out.get(m, 0) + k * d.gpus
+        return tuple(sorted(out.items()))
+
+    def _count_usage(self, queue: str, gpus: int, models: tuple[tuple[str, int], ...]) -> None:
+        self.usage[queue] = self.usage.get(queue, 0) + gpus
+        if models:
+            mu = self.model_usage.setdefault(queue, {})
+            for m, g in models:
+                mu[m] = mu.get(m, 0) + g
+
+    def _use(self, i: int, d: Demand, k: int) -> None:
+        """Account k workers of d on node i (negative k releases), keeping free arrays and pools current
+        once the index is built."""
+        self.used_gpu[i] += d.gpus * k
+        self.used_cpu[i] += d.cpu * k
+        self.used_mem[i] += d.mem * k
+        if d.extra:
+            self.used_extra[i] = _add_extra(self.used_extra[i], d.extra, k)
+        if hasattr(self, "open_all"):
+            old = self.free_gpu[i]
+            self._refresh_free(i)
+            self._move_in_pools(i, old, self.free_gpu[i])
+
+    def _move_in_pools(self, i: int, old: int, new: int) -> None:
+        for pool in self.pools():
+            if pool.member[i]:
+                pool.move(i, old, new)
+
+    # ---- deltas ---------------------------------------------------------------------------------
+
+    def apply(
+        self,
+        snapshot: Snapshot,
+        *,
+        nodes: Iterable[Node] = (),
+        removed_nodes: Iterable[str] = (),
+        jobs: Iterable[Job] = (),
+        removed_jobs: Iterable[str] = (),
+    ) -> None:
+        """Bring the index to `snapshot`, given what changed since the snapshot it reflects.
+
+        `nodes`/`jobs` are added or changed objects, `removed_*` names/keys that are gone. Added or removed
+        nodes, a changed node path or GPU model, or a topology change rebuild the index from `snapshot`
+        (rare events); everything else costs O(changes). If the counts then disagree with `snapshot`,
+        the deltas were incomplete and the index rebuilds rather than decide on a wrong view.
+        """
+        nodes = list(nodes)
+        removed_nodes = list(removed_nodes)
+        if snapshot.topology != self.topology or removed_nodes or any(self._structural(nd) for nd in nodes):
+            self._build(snapshot)
+            return
+        for nd in nodes:
+            self._update_node(nd)
+        for key in removed_jobs:
+            if key in self.jobs:
+                self._remove_job(key)
+        for job in jobs:
+            if job.key in self.jobs:
+                self._remove_job(job.key)
+            self._add_job(job)
+        self.snapshot = snapshot
+        if len(snapshot.nodes) != len(self.nodes) or len(snapshot.jobs) != len(self.jobs):
+            self._build(snapshot)
+
+    def _structural(self, nd: Node) -> bool:
+        i = self.node_idx.get(nd.name)
+        if i is None:
+            return True
+        old = self.nodes[i]
+        gpus = nd.allocatable.gpus if nd.healthy_gpus is None else min(nd.allocatable.gpus, nd.healthy_gpus)
+        model = node_model(nd, self.config.gpu_model_label) or NO_MODEL
+        return (
+            old.path != nd.path
+            or gpus >= self.width
+            or model != self.model[i]
+            or (is_schedulable(nd) and model not in self.models)
+        )
+
+    def _update_node(self, nd: Node) -> None:
+        i = self.node_idx[nd.name]
+        old = self.nodes[i]
+        if old is nd:
+            return
+        was_open = self._open(i)
+        old_free = self.free_gpu[i]
+        if was_open:
+            for pool in self.pools():
+                if pool.member[i]:
+                    pool.remove(i, old_free)
+        static_changed = (
+            old.labels != nd.labels
+            or old.taints != nd.taints
+            or old.health != nd.health
+            or old.not_ready_since != nd.not_ready_since
+            or old.allocatable != nd.allocatable
+            or old.healthy_gpus != nd.healthy_gpus
+        )
+        old_soft = self._soft(i)
+        self.nodes[i] = nd
+        self._load_static(i, nd)
+        self._refresh_free(i)
+        self.soft_tainted += self._soft(i) - old_soft
+        if static_changed:
+            self.static_version += 1
+            self.eligibility_cache.clear()
+        if self._open(i):
+            self.open_all.add(i, self.free_gpu[i])
+            self.open_by_model[self.model[i]].add(i, self.free_gpu[i])
+
+    def _soft(self, i: int) -> int:
+        nd = self.nodes[i]
+        return int(
+            bool(self.schedulable[i])
+            and bool(nd.taints)
+            and all(t.effect is TaintEffect.PREFER_NO_SCHEDULE for t in nd.taints)
+        )
+
+    # ---- queries --------------------------------------------------------------------------------
+
+    def eligibility(self, job: Job) -> Eligibility:
+        """Schedulable nodes passing the job's hard filters (cached per constraint signature)."""
+        c = job.constraints
+        key = constraints_key(c)
+        hit = self.eligibility_cache.get(key)
+        if hit is not None:
+            return hit
+        label = self.config.gpu_model_label
+        ok: list[int] = []
+        rejected: dict[str, int] = {}
+        for i, nd in enumerate(self.nodes):
+            if not self.schedulable[i]:
+                continue
+            failed = first_failed_filter(nd, c, label)
+            if failed is None:
+                ok.append(i)
+            else:
+                rejected[failed] = rejected.get(failed, 0) + 1
+        result = Eligibility(tuple(ok), tuple(sorted(rejected.items())))
+        if len(self.eligibility_cache) > 256:
+            self.eligibility_cache.clear()
+        self.eligibility_cache[key] = result
+        return result

@@ -1,0 +1,399 @@
+"""Preemption: the cheapest set of whole gangs whose eviction lets a job in, simulated before it is decided.
+
+Allowed victims of job J in queue q (docs/scheduling.md, "Preemption"):
+- within the queue, if q's withinQueue policy is LowerPriority: running jobs of q with lower priority;
+- reclaim, if J fits q's nominal quota and q's reclaimWithinCohort is not Never: running jobs of cohort
+  peers that borrow (usage above their nominal; a peer stops being a source once it is back at nominal),
+  of lower priority than J under LowerPriority, of any priority under Any;
+- never a non-preemptible job, one younger than its minRuntimeSeconds, or one admitted, restarted or
+  already chosen as a victim in this cycle. Jobs already being evicted that J could have chosen are free
+  victims (cost 0): J waits for them instead of preempting more.
+
+Search: candidate domains are those at the job's target depths (Required: its level; Preferred: one
+node, then rack, block, zone, cluster, stopping at the first depth with a feasible set) that hold a
+victim. For each, victims are added in cost order (priority, GPU-seconds lost since their last
+checkpoint, more GPUs first) until the domain's GPU slots and the queue's quota suffice. The cheapest
+estimates are then verified on a statement (evict, place, roll back), extended if CPU/memory still
+block, and pruned (most expensive first, keep out every victim the job fits without). The cheapest
+verified set by (highest victim priority, GPU-seconds lost, number of victims) wins and is committed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuq.core.fit import Demand
+from gpuq.core.index import ClusterIndex
+from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
+from gpuq.core.placement import Placement, Request, place_in_pool
+from gpuq.core.pools import Pool
+from gpuq.core.quota import QuotaBook
+from gpuq.core.state import CycleState
+
+VERIFY_BATCH = 8  # estimated-cheapest candidate domains verified per depth before taking the best
+Cost = tuple[float, float, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    key: str
+    queue: str
+    priority: int
+    gpus: int
+    lost: float  # GPU-seconds of work lost since its last checkpoint (0 if already evicting)
+    assign: tuple[tuple[int, int], ...]
+    demand: Demand
+    evicting: bool
+    reclaim: bool  # chosen as borrowed capacity of a cohort peer (else: lower priority in the queue)
+    models: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    victims: tuple[Victim, ...]  # new victims to evict
+    waiting: tuple[Victim, ...]  # already evicting, now counted on by this job
+    placement: Placement
+    cost: Cost
+
+
+def lost_gpu_seconds(job: Job, now: float) -> float:
+    assert job.running is not None
+    since = job.running.started_at
+    if job.checkpoint is not None:
+        since = max(since, job.checkpoint.time)
+    return max(0.0, now - since) * len(job.running.placement) * job.workers.gpus_per_worker
+
+
+def allowed_victims(
+    ix: ClusterIndex,
+    book: QuotaBook,
+    job: Job,
+    q: Queue,
+    quota_gpus: int,
+    now: float,
+    unavailable: set[str],
+) -> list[Victim]:
+    """Victims job may preempt, sorted cheapest first (already-evicting ones first, at cost 0)."""
+    keys: list[tuple[str, bool]] = []
+    if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
+        keys.extend((k, False) for k in ix.running_by_queue.get(q.name, ()))
+    policy = q.preemption.reclaim_within_cohort
+    if (
+        q.cohort is not None
+        and policy is not ReclaimPreemption.NEVER
+        and book.used(q.name) + quota_gpus <= q.nominal_gpus
+    ):
+        for peer in book.cohorts[q.cohort]:
+            if peer.name != q.name and book.used(peer.name) > peer.nominal_gpus:
+                keys.extend((k, True) for k in ix.running_by_queue.get(peer.name, ()))
+    out = []
+    for key, reclaim in keys:
+        if key in unavailable:
+            continue
+        v = ix.jobs[key]
+        if reclaim and policy is ReclaimPreemption.ANY:
+            pass
+        elif v.priority >= job.priority:
+            continue
+        evicting = key in ix.evicting
+        if not evicting:
+            assert v.running is not None
+            if not v.preemptible or now - v.running.started_at < v.min_runtime_seconds:
+                continue
+        d = ix.demand[key]
+        assign = ix.job_nodes[key]
+        assert v.running is not None
+        models: dict[str, int] = {}
+        for n, k in assign:
+            m = ix.model[n]
+            if m and d.gpus:
+                models[m] = models.get(m, 0) + k * d.gpus
+        out.append(
+            Victim(
+                key=key,
+                queue=v.queue,
+                priority=v.priority,
+                gpus=len(v.running.placement) * d.gpus,
+                lost=0.0 if evicting else lost_gpu_seconds(v, now),
+                assign=assign,
+                demand=d,
+                evicting=evicting,
+                reclaim=reclaim,
+                models=models,
+            )
+        )
+    out.sort(key=lambda v: (not v.evicting, v.priority, v.lost, -v.gpus, v.key))
+    return out
+
+
+def set_cost(victims: Sequence[Victim]) -> Cost:
+    new = [v for v in victims if not v.evicting]
+    if not new:
+        return (float("-inf"), 0.0, 0)
+    return (float(max(v.priority for v in new)), sum(v.lost for v in new), len(new))
+
+
+class _Search:
+    """One preemption search for one job (state is only changed inside statements it rolls back)."""
+
+    def __init__(
+        self,
+        st: CycleState,
+        book: QuotaBook,
+        job: Job,
+        q: Queue,
+        quota_gpus: int,
+        req: Request,
+        weights: Sequence[float],
+        cands: list[Victim],
+    ) -> None:
+        self.st, self.book, self.job, self.q = st, book, job, q
+        self.quota_gpus = quota_gpus
+        self.req = req
+        self.weights = weights
+        self.cands = cands
+
+    # -- statement helpers --
+
+    def _release(self, v: Victim, sign: int) -> None:
+        self.st.use_all(v.assign, v.demand, -sign)
+        if not v.evicting:
+            self.book.add(v.queue, -sign * v.gpus, {m: -sign * g for m, g in v.models.items()})
+
+    def _quota_ok(self) -> bool:
+        return self.book.check(self.q, self.quota_gpus).ok
+
+    def _try(self, pool: Pool, dom: int, depth: int | None) -> Placement | None:
+        if not self._quota_ok():
+            return None
+        r = self.req
+        return place_in_pool(
+            self.st, pool, Request(r.demand, r.replicas, depth, dom, r.exclude), self.weights
+        )
+
+    def _still_allowed(self, v: Victim, released_from: Mapping[str, int]) -> bool:
+        if not v.reclaim or v.evicting:
+            return True
+        peer = self.book.queues[v.queue]
+        return self.book.used(v.queue) - released_from.get(v.queue, 0) > peer.nominal_gpus
+
+    # -- estimate --
+
+    def estimate(
+        self, pool: Pool, dom: int, node: int, bucket: list[int], own: list[int]
+    ) -> list[int] | None:
+        """Greedy victims (indices into cands) for the domain, or None if even all of them do not do.
+        node >= 0: the target is that single node (domain = its rack)."""
+        st, tree, req = self.st, self.st.tree, self.req
+        g, R = req.demand.gpus, req.replicas
+        if not g:
+            slots = R
+        elif node >= 0:
+            slots = max(st.free_gpu[node], 0) // g if pool.member[node] and node not in req.exclude else 0
+        else:
+            slots = pool.slots(dom, g, R)
+        in_dom = set(bucket)
+        rel: dict[int, int] = {}
+        released_from: dict[str, int] = {}
+        released_q = 0
+        need_q = not self.book.check(self.q, self.quota_gpus).ok
+        order = list(heapq.merge(bucket, own)) if need_q else bucket
+        chosen: list[int] = []
+        last = -1
+        for ci in order:
+            if ci == last:
+                continue
+            last = ci
+            v = self.cands[ci]
+            mine = ci in in_dom
+            helps_slots = slots < R and mine
+            helps_quota = need_q and v.queue == self.q.name and not v.evicting
+            if not (helps_slots or helps_quota or (v.evicting and mine)):
+                continue
+            if not self._still_allowed(v, released_from):
+                continue
+            chosen.append(ci)
+            if mine and g:
+                for n, k in v.assign:
+                    inside = n == node if node >= 0 else tree.contains(dom, n)
+                    if inside and pool.member[n] and n not in req.exclude:
+                        before = max(st.free_gpu[n] + rel.get(n, 0), 0) // g
+                        rel[n] = rel.get(n, 0) + k * v.demand.gpus
+                        slots += max(st.free_gpu[n] + rel[n], 0) // g - before
+            if not v.evicting:
+                released_from[v.queue] = released_from.get(v.queue, 0) + v.gpus
+                if v.queue == self.q.name:
+                    released_q += v.gpus
+                    need_q = not self.book.check(self.q, self.quota_gpus - released_q).ok
+            if slots >= R and not need_q:
+                return chosen
+        return None
+
+    # -- verification --
+
+    def verify(
+        self, pool: Pool, dom: int, depth: int | None, chosen: list[int], bucket: list[int]
+    ) -> tuple[list[int], Placement] | None:
+        """Evict, place, extend if still short, prune; always rolls back. (final victims, placement)."""
+        st = self.st
+        mark = st.begin()
+        for ci in chosen:
+            self._release(self.cands[ci], 1)
+        p = self._try(pool, dom, depth)
+        taken = set(chosen)
+        extra = [ci for ci in bucket if ci not in taken]
+        for ci in extra:
+            if p is not None:
+                break
+            if not self._still_allowed(self.cands[ci], {}):
+                continue
+            self._release(self.cands[ci], 1)
+            chosen = [*chosen, ci]
+            p = self._try(pool, dom, depth)
+        if p is None:
+            st.rollback(mark)
+            return None
+        final = list(chosen)
+        for ci in reversed(chosen):
+            self._release(self.cands[ci], -1)
+            again = self._try(pool, dom, depth)
+            if again is None:
+                self._release(self.cands[ci], 1)
+            else:
+                final.remove(ci)
+                p = again
+        st.rollback(mark)
+        return final, p
+
+    # -- search --
+
+    def _buckets(self, t: int) -> dict[int, list[int]]:
+        """Candidate indices per domain at depth t (per node at the node depth), in cost order."""
+        tree, within = self.st.tree, self.req.within
+        L = tree.node_depth
+        buckets: dict[int, list[int]] = {}
+        for ci, v in enumerate(self.cands):
+            seen: set[int] = set()
+            for n, _ in v.assign:
+                if not tree.contains(within, n):
+                    continue
+                dom = n if t == L else tree.ancestors[n][t]
+                if dom not in seen:
+                    seen.add(dom)
+                    buckets.setdefault(dom, []).append(ci)
+        return buckets
+
+    def run(self, pools: Sequence[Pool]) -> Plan | None:
+        tree, req = self.st.tree, self.req
+        L = tree.node_depth
+        start = tree.depth[req.within]
+        if req.required_depth is not None:
+            depths: Sequence[int] = range(L, max(req.required_depth, start) - 1, -1)
+        else:
+            depths = range(L, start - 1, -1)
+        own = [ci for ci, v in enumerate(self.cands) if v.queue == self.q.name and not v.evicting]
+        for t in depths:
+            buckets = self._buckets(t)
+            # (cost, pool, bucket key, search domain, node or -1, victims)
+            estimates: list[tuple[Cost, int, int, int, int, list[int]]] = []
+            for pi, pool in enumerate(pools):
+                for key in sorted(buckets):
+                    if t == L:
+                        if not pool.member[key]:
+                            continue
+                        dom, node = tree.ancestors[key][-1], key
+                    else:
+                        dom, node = key, -1
+                    chosen = self.estimate(pool, dom, node, buckets[key], own)
+                    if chosen is not None:
+                        cost = set_cost([self.cands[ci] for ci in chosen])
+                        estimates.append((cost, pi, key, dom, node, chosen))
+            if not estimates:
+                continue
+            estimates.sort(key=lambda e: (e[0], e[1], e[2]))
+            best: tuple[Cost, list[int], Placement] | None = None
+            tried = 0
+            for _, pi, key, dom, node, chosen in estimates:
+                if best is not None and tried >= VERIFY_BATCH:
+                    break
+                tried += 1
+                depth = L if node >= 0 else req.required_depth
+                got = self.verify(pools[pi], dom, depth, chosen, buckets[key])
+                if got is None:
+                    continue
+                final, p = got
+                c = set_cost([self.cands[ci] for ci in final])
+                if best is None or (c, -p.depth, p.cost) < (best[0], -best[2].depth, best[2].cost):
+                    best = (c, final, p)
+            if best is not None:
+                c, final, p = best
+                victims = [self.cands[ci] for ci in final]
+                return Plan(
+                    tuple(v for v in victims if not v.evicting), tuple(v for v in victims if v.evicting), p, c
+                )
+        return None
+
+
+def search(
+    st: CycleState,
+    book: QuotaBook,
+    job: Job,
+    q: Queue,
+    quota_gpus: int,
+    req: Request,
+    pools: Sequence[Pool],
+    weights: Sequence[float],
+    cands: list[Victim],
+) -> Plan | None:
+    """The cheapest verified preemption plan for job, or None. Leaves the state unchanged."""
+    if not cands:
+        return None
+    return _Search(st, book, job, q, quota_gpus, req, weights, cands).run(pools)
+
+
+def commit(
+    st: CycleState,
+    book: QuotaBook,
+    plan: Plan,
+    job_demand: Demand,
+    q: Queue,
+    quota_gpus: int,
+    models: Mapping[str, int],
+) -> None:
+    """Evict the plan's victims, reserve the job's placement and quota, and hold whatever the victims
+    free but the job does not use until their pods are really gone (nobody else may bind there yet)."""
+    mark = st.begin()
+    freed: dict[int, list[int]] = {}
+    freed_extra: dict[int, dict[str, int]] = {}
+    for v in (*plan.victims, *plan.waiting):
+        st.use_all(v.assign, v.demand, -1)
+        if not v.evicting:
+            book.add(v.queue, -v.gpus, {m: -g for m, g in v.models.items()})
+        for n, k in v.assign:
+            acc = freed.setdefault(n, [0, 0, 0])
+            acc[0] += v.demand.gpus * k
+            acc[1] += v.demand.cpu * k
+            acc[2] += v.demand.mem * k
+            for name, amount in v.demand.extra:
+                fx = freed_extra.setdefault(n, {})
+                fx[name] = fx.get(name, 0) + amount * k
+    p = plan.placement
+    st.use_all(p.assign, job_demand, 1)
+    used = dict(p.assign)
+    for n, (g, c, m) in sorted(freed.items()):
+        k = used.get(n, 0)
+        extra = tuple(
+            (name, amount - dict(job_demand.extra).get(name, 0) * k)
+            for name, amount in sorted(freed_extra.get(n, {}).items())
+        )
+        st.delta(
+            n,
+            max(0, g - job_demand.gpus * k),
+            max(0, c - job_demand.cpu * k),
+            max(0, m - job_demand.mem * k),
+            tuple((name, a) for name, a in extra if a > 0),
+        )
+    book.add(q.name, quota_gpus, models)
+    st.commit(mark)

@@ -1,0 +1,130 @@
+"""Quota: nominal GPUs per queue, cohort lending/borrowing, weighted fair share, per-model quotas.
+
+Semantics (docs/scheduling.md, "Quota"):
+- usage(q): GPUs of q's running jobs that are not being evicted, plus jobs recovering from a failure
+  (they keep their quota), plus what this cycle admitted or reserved.
+- A queue without a cohort admits while usage + request <= nominal.
+- In a cohort, q lends min(lendable(q), nominal(q) - usage(q)) when below nominal, where lendable(q) is
+  lendingLimitGPUs (default: all of its nominal). Borrowed(q) = max(0, usage - nominal). A request
+  that takes q above nominal is admitted only if borrowed(q) stays <= borrowingLimitGPUs (default: no
+  limit) and the cohort's total borrowed stays <= the cohort's total lent.
+- Fair share: share(q) = borrowed(q) / weight(q). Among queue heads that need to borrow, the lowest
+  share goes first, so spare cohort capacity is split in proportion to weights.
+- modelQuotas {model: GPUs}: a cap on top of nominal for GPUs of that model, never borrowed or lent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpuq.core.model import Queue
+from gpuq.core.state import CycleState
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCheck:
+    ok: bool
+    borrowed: int = 0  # GPUs of this request above the queue's nominal
+    reason: str = ""
+
+
+OK = QuotaCheck(True)
+
+
+class QuotaBook:
+    def __init__(
+        self,
+        st: CycleState,
+        queues: Mapping[str, Queue],
+        usage: Mapping[str, int],
+        model_usage: Mapping[str, Mapping[str, int]],
+    ) -> None:
+        self.st = st
+        self.queues = queues
+        self.usage: dict[str, int] = dict(usage)
+        self.model_usage: dict[str, dict[str, int]] = {q: dict(m) for q, m in model_usage.items()}
+        self.cohorts: dict[str, list[Queue]] = {}
+        for q in sorted(queues):
+            c = queues[q].cohort
+            if c is not None:
+                self.cohorts.setdefault(c, []).append(queues[q])
+
+    # ---- accounting -----------------------------------------------------------------------------
+
+    def add(self, queue: str, gpus: int, models: Mapping[str, int]) -> None:
+        """Count (or with negative numbers release) usage of a queue; journaled for rollbacks."""
+        if not gpus and not models:
+            return
+        self.usage[queue] = self.usage.get(queue, 0) + gpus
+        if models:
+            mu = self.model_usage.setdefault(queue, {})
+            for m, g in models.items():
+                mu[m] = mu.get(m, 0) + g
+        negated = {m: -g for m, g in models.items()}
+        self.st.record(lambda: self.add(queue, -gpus, negated))
+
+    def used(self, queue: str) -> int:
+        return self.usage.get(queue, 0)
+
+    def borrowed(self, q: Queue) -> int:
+        return max(0, self.used(q.name) - q.nominal_gpus)
+
+    def lent(self, q: Queue) -> int:
+        """GPUs q currently lends to its cohort."""
+        limit = q.nominal_gpus if q.lending_limit_gpus is None else min(q.lending_limit_gpus, q.nominal_gpus)
+        return max(0, min(limit, q.nominal_gpus - self.used(q.name)))
+
+    def share(self, q: Queue) -> float:
+        return self.borrowed(q) / q.weight if q.weight > 0 else float(self.borrowed(q)) * 1e9
+
+    def needs_borrow(self, q: Queue, gpus: int) -> bool:
+        return self.used(q.name) + gpus > q.nominal_gpus
+
+    def cohort_lends(self, q: Queue, extra_release: Mapping[str, int] | None = None) -> tuple[int, int]:
+        """(GPUs the cohort lends to q now, GPUs already borrowed by q's peers)."""
+        if q.cohort is None:
+            return 0, 0
+        lent = borrowed = 0
+        for p in self.cohorts[q.cohort]:
+            if p.name == q.name:
+                continue
+            lent += self.lent(p)
+            borrowed += self.borrowed(p)
+        return lent, borrowed
+
+    # ---- checks ---------------------------------------------------------------------------------
+
+    def check(self, q: Queue, gpus: int) -> QuotaCheck:
+        used = self.used(q.name)
+        after = used + gpus
+        if after <= q.nominal_gpus:
+            return OK
+        if q.cohort is None:
+            return QuotaCheck(False, reason=f"queue {q.name} at quota {used}/{q.nominal_gpus}")
+        borrow_after = after - q.nominal_gpus
+        new_borrow = min(gpus, borrow_after)
+        if q.borrowing_limit_gpus is not None and borrow_after > q.borrowing_limit_gpus:
+            return QuotaCheck(
+                False,
+                reason=(
+                    f"queue {q.name} at quota {used}/{q.nominal_gpus}; needs to borrow {borrow_after} "
+                    f"but its borrowing limit is {q.borrowing_limit_gpus}"
+                ),
+            )
+        lent, peers_borrowed = self.cohort_lends(q)
+        if peers_borrowed + borrow_after > lent:
+            free = max(0, lent - peers_borrowed)
+            return QuotaCheck(
+                False,
+                reason=(
+                    f"queue {q.name} at quota {used}/{q.nominal_gpus} and cohort {q.cohort} lends "
+                    f"{free} (needs {borrow_after})"
+                ),
+            )
+        return QuotaCheck(True, borrowed=new_borrow)
+
+    def model_headroom(self, q: Queue) -> dict[str, int]:
+        """GPUs left per quota'd model (models without a model quota are absent: unlimited)."""
+        mu = self.model_usage.get(q.name, {})
+        return {m: limit - mu.get(m, 0) for m, limit in q.model_quotas.items()}

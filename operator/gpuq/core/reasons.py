@@ -1,0 +1,157 @@
+"""Pending reasons: a human sentence naming the constraint that binds, e.g.
+"needs 4x8 GPUs in one rack; best rack has 24 free" or "no node matches gpuModels [H100]".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from gpuq.core.constraints import F_MODELS, describe
+from gpuq.core.decisions import PendingCode
+from gpuq.core.fit import Demand, short_resource
+from gpuq.core.index import Eligibility
+from gpuq.core.model import Job
+from gpuq.core.pools import Pool
+from gpuq.core.state import CycleState
+
+
+def shape(replicas: int, d: Demand) -> str:
+    return f"{replicas}x{d.gpus} GPUs" if d.gpus else f"{replicas} workers ({d.describe()})"
+
+
+def unschedulable_reason(job: Job, el: Eligibility) -> str:
+    """No schedulable node passes the job's hard filters: name the filter that rejected most."""
+    c = job.constraints
+    if not el.rejected_by:
+        return "no schedulable node in the cluster"
+    if len(el.rejected_by) == 1 and el.rejected_by[0][0] == F_MODELS:
+        return f"no node matches gpuModels [{', '.join(c.gpu_models)}]"
+    worst = max(el.rejected_by, key=lambda kv: (kv[1], kv[0]))
+    detail = ", ".join(f"{n} by {f}" for f, n in sorted(el.rejected_by, key=lambda kv: (-kv[1], kv[0])))
+    what = describe(c)
+    return (
+        f"no schedulable node matches the job's {worst[0]}"
+        + (f" ({what})" if what else "")
+        + (f"; nodes rejected: {detail}")
+    )
+
+
+def _on(job: Job, pools: Sequence[Pool]) -> str:
+    """Suffix naming what restricts the eligible nodes, e.g. " (eligible: gpuModels [H100])"."""
+    what = describe(job.constraints)
+    if len([p for p in pools if p.model is not None]) > 1:
+        what = (what + "; " if what else "") + "one GPU model per gang"
+    return f" (eligible: {what})" if what else ""
+
+
+def placement_reason(
+    st: CycleState,
+    job: Job,
+    d: Demand,
+    replicas: int,
+    required_depth: int | None,
+    pools: Sequence[Pool],
+    memo: dict[Hashable, tuple[str, str]],
+) -> tuple[str, str]:
+    """(reason, code) for a job whose quota is fine but which no node set can hold now."""
+    key = (tuple(id(p) for p in pools), d, replicas, required_depth, st.version)
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    out = _placement_reason(st, job, d, replicas, required_depth, pools)
+    memo[key] = out
+    return out
+
+
+def _placement_reason(
+    st: CycleState,
+    job: Job,
+    d: Demand,
+    replicas: int,
+    required_depth: int | None,
+    pools: Sequence[Pool],
+) -> tuple[str, str]:
+    tree = st.tree
+    static = _static(st, pools, required_depth)
+    on = _on(job, pools)
+    need = shape(replicas, d)
+    if not static.members:
+        return f"needs {need}; no eligible node{on}", PendingCode.UNSCHEDULABLE
+    biggest = static.biggest
+    if d.gpus > biggest:
+        return (
+            f"needs {d.gpus} GPUs per worker; the largest eligible node has {biggest}{on}",
+            PendingCode.UNSCHEDULABLE,
+        )
+    total = d.gpus * replicas
+    if required_depth is not None and required_depth < tree.node_depth:
+        level = tree.level_name(required_depth)
+        if static.largest_domain < total:
+            return (
+                f"needs {need} in one {level}; the largest eligible {level} has "
+                f"{static.largest_domain} GPUs{on}",
+                PendingCode.UNSCHEDULABLE,
+            )
+        best = max(p.free_sum[dom] for p in pools for dom in tree.by_depth[required_depth])
+        return f"needs {need} in one {level}; best {level} has {max(best, 0)} free{on}", PendingCode.PLACEMENT
+    capacity = static.capacity
+    if capacity < total:
+        return f"needs {need}; eligible nodes have {capacity} GPUs in total{on}", PendingCode.UNSCHEDULABLE
+    free = max(p.free_sum[0] for p in pools)
+    if required_depth == tree.node_depth:
+        best_node = max(max(p.max_free(0), 0) for p in pools)
+        return f"needs {need} on one node; best node has {best_node} free{on}", PendingCode.PLACEMENT
+    if free < total:
+        return f"needs {need}; {free} free on eligible nodes{on}", PendingCode.PLACEMENT
+    slots = max(p.slots(0, d.gpus, replicas) for p in pools) if d.gpus else replicas
+    if slots < replicas:
+        return (
+            f"needs {need}; {free} GPUs free on eligible nodes but fragmented: "
+            f"room for {slots} workers of {d.gpus} GPUs{on}",
+            PendingCode.PLACEMENT,
+        )
+    short = _short_resource(st, static.members, d)
+    return f"needs {need}; not enough {short} on eligible nodes with free GPUs{on}", PendingCode.PLACEMENT
+
+
+@dataclass(frozen=True, slots=True)
+class _Static:
+    members: tuple[int, ...]
+    biggest: int  # GPUs of the largest eligible node
+    capacity: int  # GPUs of all eligible nodes
+    largest_domain: int  # GPUs of the largest eligible domain at the required depth
+
+
+def _static(st: CycleState, pools: Sequence[Pool], depth: int | None) -> _Static:
+    key = ("static", tuple(id(p) for p in pools), depth)
+    hit = st.memo.get(key)
+    if isinstance(hit, _Static):
+        return hit
+    cap = st.ix.cap_gpu
+    members = tuple(sorted({n for p in pools for n in p.member_list()}))
+    per_domain: dict[int, int] = {}
+    if depth is not None and depth < st.tree.node_depth:
+        for n in members:
+            dom = st.tree.ancestors[n][depth]
+            per_domain[dom] = per_domain.get(dom, 0) + cap[n]
+    out = _Static(
+        members,
+        max((cap[n] for n in members), default=0),
+        sum(cap[n] for n in members),
+        max(per_domain.values(), default=0),
+    )
+    st.memo[key] = out
+    return out
+
+
+def _short_resource(st: CycleState, members: Sequence[int], d: Demand) -> str:
+    counts: dict[str, int] = {}
+    for n in members:
+        if st.free_gpu[n] >= d.gpus:
+            r = short_resource(st.free_gpu[n], st.free_cpu[n], st.free_mem[n], st.free_extra[n], d)
+            if r is not None:
+                counts[r] = counts.get(r, 0) + 1
+    if not counts:
+        return "room (excluded nodes)"
+    return max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]

@@ -1,0 +1,489 @@
+"""`schedule(snapshot, now, config) -> Decisions`: one pure, deterministic scheduling cycle.
+
+Phases (docs/scheduling.md):
+1. Failover: every running gang that lost a node gets a Restart; it releases its resources.
+2. Recovery: jobs restarted now or earlier (recovering) are re-placed first, in priority order, keeping
+   their quota, avoiding bad nodes, preferring the domain they ran in; back-off is honored.
+3. Queues: pending jobs are taken queue head by queue head. Heads that fit their nominal quota go first,
+   then borrowers by lowest weighted share, each class by priority, then creation time. A head is
+   admitted only with quota AND a placement; otherwise it may preempt, else it gets a reason. StrictFIFO
+   stops the queue at a head that is not admitted; BestEffortFIFO moves on, except that a head waiting
+   longer than starvation_seconds reserves capacity (or, if quota binds, the queue's quota).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from gpuq.core import preemption
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.constraints import invalid_constraints
+from gpuq.core.decisions import Admit, Decisions, Pending, PendingCode, Preempt, Restart
+from gpuq.core.failover import backoff_seconds, detect
+from gpuq.core.fit import Demand, invalid_workers
+from gpuq.core.index import ClusterIndex, SnapshotError
+from gpuq.core.model import Job, Queue, QueueingStrategy, Snapshot, TopologyMode
+from gpuq.core.placement import Placement, Request, _Search, place
+from gpuq.core.pools import Pool
+from gpuq.core.quota import QuotaBook
+from gpuq.core.reasons import placement_reason, unschedulable_reason
+from gpuq.core.state import CycleState
+from gpuq.core.topology import level_weights
+
+
+def schedule(
+    snapshot: Snapshot, now: float, config: SchedulerConfig, index: ClusterIndex | None = None
+) -> Decisions:
+    """Decide one cycle. Pure: the result depends only on (snapshot, now, config).
+
+    `index` is an optional cache kept by the caller between cycles (see gpuq.core.index); it must have
+    been built from or `apply`-ed up to this very snapshot and config.
+    """
+    if index is None:
+        ix = ClusterIndex(snapshot, config)
+    else:
+        if index.snapshot is not snapshot:
+            raise ValueError("the index reflects another snapshot: call index.apply(snapshot, ...) first")
+        if index.config != config:
+            raise ValueError("the index was built with another SchedulerConfig")
+        ix = index
+    return _Cycle(ix, snapshot, now, config).run()
+
+
+def order_key(job: Job) -> tuple[int, float, str]:
+    """Queue order: higher priority first, then older, then by key (a stable tie-break)."""
+    return (-job.priority, job.created_at, job.key)
+
+
+class _Outcome(Enum):
+    ADMITTED = 1
+    WAITING = 2  # preemption committed: waits for victims
+    FAILED = 3
+    STARVED_ON_QUOTA = 4  # a starving head that quota blocks: its queue stops behind it
+
+
+@dataclass(frozen=True, slots=True)
+class _Recovery:
+    job: Job
+    exclude: frozenset[int]
+    previous: tuple[int, ...]  # node indices it ran on (known nodes only)
+    not_before: float
+    old: tuple[tuple[int, int], ...]  # resources it still holds this cycle (restarted now)
+
+
+class _Cycle:
+    def __init__(self, ix: ClusterIndex, snapshot: Snapshot, now: float, config: SchedulerConfig) -> None:
+        self.ix = ix
+        self.now = now
+        self.cfg = config
+        queues: dict[str, Queue] = {}
+        for q in snapshot.queues:
+            if q.name in queues:
+                raise SnapshotError(f"queue {q.name!r} appears twice in the snapshot")
+            queues[q.name] = q
+        self.queues = queues
+        self.st = CycleState(ix)
+        self.book = QuotaBook(self.st, queues, ix.usage, ix.model_usage)
+        self.weights = level_weights(snapshot.topology, config.weights)
+        self.admits: list[Admit] = []
+        self.preempts: list[Preempt] = []
+        self.restarts: list[Restart] = []
+        self.pending: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self.unavailable: set[str] = set()  # running jobs whose resources this cycle already released
+        self.reason_memo: dict[Hashable, tuple[str, str]] = {}
+        self.preempt_fail: dict[Hashable, int] = {}
+        self.admitted = 0
+        self.reserved: list[str] = []  # starving jobs holding a reservation this cycle
+        self._admitted_keys: set[str] = set()
+
+    # ---- driver ---------------------------------------------------------------------------------
+
+    def run(self) -> Decisions:
+        recoveries = self._failover()
+        for key in self.ix.pending:
+            job = self.ix.jobs[key]
+            if job.recovering:
+                prev = self._indices(job.previous_placement)
+                recoveries.append(
+                    _Recovery(job, self._indices_set(job.avoid_nodes), prev, job.not_before, ())
+                )
+        recoveries.sort(key=lambda r: order_key(r.job))
+        for r in recoveries:
+            self._recover(r)
+        self._queues()
+        return self._decisions()
+
+    def _indices(self, names: Iterable[str]) -> tuple[int, ...]:
+        idx = self.ix.node_idx
+        return tuple(idx[n] for n in names if n in idx)
+
+    def _indices_set(self, names: Iterable[str]) -> frozenset[int]:
+        return frozenset(self._indices(names))
+
+    # ---- failover & recovery --------------------------------------------------------------------
+
+    def _failover(self) -> list[_Recovery]:
+        ix, fcfg = self.ix, self.cfg.failover
+        out = []
+        for f in detect(ix, self.now, fcfg):
+            job = ix.jobs[f.job]
+            assert job.running is not None
+            not_before = self.now + backoff_seconds(job.restart_count, fcfg)
+            self.restarts.append(Restart(f.job, f.nodes, f.reason, not_before=not_before))
+            self.unavailable.add(f.job)
+            exclude = self._indices_set(f.nodes) | self._indices_set(job.avoid_nodes)
+            prev = self._indices(job.running.placement)
+            out.append(_Recovery(job, exclude, prev, not_before, ix.job_nodes[f.job]))
+        return out
+
+    def _prefer_domains(self, previous: tuple[int, ...]) -> list[int]:
+        """The smallest domain the job ran in, then each enclosing domain up to the cluster."""
+        if not previous:
+            return [0]
+        tree = self.st.tree
+        dom, _ = tree.common_domain(sorted(set(previous)))
+        chain = []
+        while dom >= 0:
+            chain.append(dom)
+            dom = tree.parent[dom]
+        return chain
+
+    def _recover(self, r: _Recovery) -> None:
+        job, st = r.job, self.st
+        bad = self._invalid(job)
+        if bad is not None:
+            self._pend(job, bad, PendingCode.INVALID)
+            return
+        q = self.queues.get(job.queue)
+        if q is None:
+            self._pend(job, f"queue {job.queue} does not exist", PendingCode.NO_QUEUE)
+            return
+        if r.not_before > self.now:
+            self._pend(
+                job,
+                f"restart back-off: next attempt in {r.not_before - self.now:.0f}s "
+                f"(restart {job.restart_count + (1 if r.old else 0)})",
+                PendingCode.BACKOFF,
+            )
+            return
+        d = self.ix.demand[job.key]
+        R = job.workers.replicas
+        depth = self._required_depth(job)
+        st.use_all(r.old, d, -1)  # its own terminating pods' resources: reusable by itself only
+        tiers = st.pool_tiers(job, R, None)
+        p = None
+        for dom in self._prefer_domains(r.previous):
+            p = place(st, tiers, Request(d, R, depth, dom, r.exclude), self.weights)
+            if p is not None:
+                break
+        if p is not None:
+            st.use_all(p.assign, d, 1)
+            self._hold_leftovers(r.old, p.assign, d)
+            self._admit(job, p, borrowed=0, restart=True, quota=False)
+            return
+        st.use_all(r.old, d, 1)  # not re-placed: the old pods hold their resources until gone
+        if self._preempt(job, q, 0, d, Request(d, R, depth, 0, r.exclude), tiers) is _Outcome.WAITING:
+            return
+        reason, code = placement_reason(st, job, d, R, depth, tiers[-1], self.reason_memo)
+        if r.exclude:
+            reason += f" (avoiding {len(r.exclude)} failed nodes)"
+        self._pend(job, reason, code)
+
+    def _hold_leftovers(
+        self, old: Iterable[tuple[int, int]], new: Iterable[tuple[int, int]], d: Demand
+    ) -> None:
+        """Keep what the old pods hold beyond the new placement's use until they are gone."""
+        used = dict(new)
+        for n, k in old:
+            extra = k - used.get(n, 0)
+            if extra > 0:
+                self.st.use(n, d, extra)
+
+    # ---- queues ---------------------------------------------------------------------------------
+
+    def _queues(self) -> None:
+        ix = self.ix
+        lists: dict[str, list[Job]] = {}
+        for key in ix.pending:
+            job = ix.jobs[key]
+            if job.recovering or key in self.pending:
+                continue
+            bad = self._invalid(job)
+            if bad is not None:
+                self._pend(job, bad, PendingCode.INVALID)
+            elif job.queue not in self.queues:
+                self._pend(job, f"queue {job.queue} does not exist", PendingCode.NO_QUEUE)
+            else:
+                lists.setdefault(job.queue, []).append(job)
+        for lst in lists.values():
+            lst.sort(key=order_key)
+        heap: list[tuple[tuple[int, float, int, float, str], str, int]] = []
+
+        def push(qn: str, i: int) -> None:
+            if i < len(lists[qn]):
+                job = lists[qn][i]
+                q = self.queues[qn]
+                borrow = self.book.needs_borrow(q, job.workers.total_gpus)
+                share = self.book.share(q) if borrow else 0.0
+                heapq.heappush(heap, ((int(borrow), share, -job.priority, job.created_at, job.key), qn, i))
+
+        for qn in sorted(lists):
+            push(qn, 0)
+        head_failed: set[str] = set()
+        while heap:
+            _, qn, i = heapq.heappop(heap)
+            job = lists[qn][i]
+            q = self.queues[qn]
+            if self.admitted >= self.cfg.max_admissions_per_cycle:
+                break
+            if job.not_before > self.now:
+                self._pend(
+                    job, f"back-off: next attempt in {job.not_before - self.now:.0f}s", PendingCode.BACKOFF
+                )
+                push(qn, i + 1)
+                continue
+            outcome = self._try(job, q, is_head=qn not in head_failed)
+            if outcome is _Outcome.ADMITTED:
+                push(qn, i + 1)
+                continue
+            head_failed.add(qn)
+            if q.strategy is QueueingStrategy.STRICT_FIFO:
+                self._block(
+                    lists[qn][i + 1 :], f"StrictFIFO: waiting behind {job.key}", PendingCode.STRICT_FIFO
+                )
+            elif outcome is _Outcome.STARVED_ON_QUOTA:
+                age = self.now - job.created_at
+                self._block(
+                    lists[qn][i + 1 :],
+                    f"queue {qn} keeps its quota for {job.key}, waiting {age:.0f}s (starvation rule)",
+                    PendingCode.QUOTA,
+                )
+            else:
+                push(qn, i + 1)
+        limit = self.cfg.max_admissions_per_cycle
+        for lst in lists.values():
+            for job in lst:
+                if job.key not in self.pending and not self._admitted(job.key):
+                    self._pend(
+                        job,
+                        f"cycle admission limit ({limit}) reached; retried next cycle",
+                        PendingCode.CYCLE_LIMIT,
+                    )
+
+    def _admitted(self, key: str) -> bool:
+        return key in self._admitted_keys
+
+    def _block(self, jobs: list[Job], reason: str, code: str) -> None:
+        for job in jobs:
+            if job.key not in self.pending:
+                self._pend(job, reason, code)
+
+    def _try(self, job: Job, q: Queue, is_head: bool) -> _Outcome:
+        st, book = self.st, self.book
+        d = self.ix.demand[job.key]
+        R = job.workers.replicas
+        G = job.workers.total_gpus
+        depth = self._required_depth(job)
+        allowed, model_reason = self._allowed_models(q, job, G, d)
+        qc = book.check(q, G)
+        quota_ok = qc.ok and allowed != frozenset()
+        tiers: list[list[Pool]] | None = None
+        if quota_ok:
+            tiers = st.pool_tiers(job, R, allowed)
+            p = place(st, tiers, Request(d, R, depth), self.weights)
+            if p is not None and not self._within_model_quota(q, p, d):
+                strict = self._single_model_allowed(q, G)
+                tiers = st.pool_tiers(job, R, strict) if strict else [[]]
+                p = place(st, tiers, Request(d, R, depth), self.weights) if strict else None
+            if p is not None:
+                st.use_all(p.assign, d, 1)
+                self._admit(job, p, borrowed=qc.borrowed, restart=False, quota=True)
+                return _Outcome.ADMITTED
+        if allowed != frozenset():
+            tiers = tiers or st.pool_tiers(job, R, allowed)
+            if self._preempt(job, q, G, d, Request(d, R, depth), tiers) is _Outcome.WAITING:
+                return _Outcome.WAITING
+        if not quota_ok:
+            self._pend(job, qc.reason if not qc.ok else model_reason, PendingCode.QUOTA)
+            starving = is_head and self.now - job.created_at >= self.cfg.starvation_seconds
+            return _Outcome.STARVED_ON_QUOTA if starving else _Outcome.FAILED
+        assert tiers is not None
+        if not any(p.size for p in tiers[-1]):
+            el = self.ix.eligibility(job)
+            if not el.nodes:
+                self._pend(job, unschedulable_reason(job, el), PendingCode.UNSCHEDULABLE)
+                return _Outcome.FAILED
+        reason, code = placement_reason(st, job, d, R, depth, tiers[-1], self.reason_memo)
+        if (
+            is_head
+            and code == PendingCode.PLACEMENT
+            and self.now - job.created_at >= self.cfg.starvation_seconds
+        ):
+            held = self._reserve(job, q, d, R, depth, tiers[-1])
+            if held:
+                reason += f"; {held} GPUs reserved for it (waiting {self.now - job.created_at:.0f}s)"
+        elif self.reserved and code == PendingCode.PLACEMENT:
+            reason += f" (capacity reserved for starving {', '.join(self.reserved[:3])})"
+        self._pend(job, reason, code)
+        return _Outcome.FAILED
+
+    # ---- preemption & reservations --------------------------------------------------------------
+
+    def _preempt(
+        self, job: Job, q: Queue, quota_gpus: int, d: Demand, req: Request, tiers: list[list[Pool]]
+    ) -> _Outcome:
+        st, book = self.st, self.book
+        memo_key = (q.name, job.priority, d, req, quota_gpus, tuple(id(p) for p in tiers[-1]))
+        if self.preempt_fail.get(memo_key) == st.gives:
+            return _Outcome.FAILED
+        cands = preemption.allowed_victims(self.ix, book, job, q, quota_gpus, self.now, self.unavailable)
+        plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
+        if plan is None:
+            self.preempt_fail[memo_key] = st.gives
+            return _Outcome.FAILED
+        models = self._models_of(plan.placement, d)
+        preemption.commit(st, book, plan, d, q, quota_gpus, models)
+        for v in plan.victims:
+            if v.reclaim:
+                why = f"reclaimed by queue {q.name} for {job.key}: queue {v.queue} runs on borrowed quota"
+            else:
+                why = f"preempted by {job.key} (priority {job.priority} > {v.priority}) in queue {q.name}"
+            self.preempts.append(Preempt(v.key, job.key, why))
+            self.unavailable.add(v.key)
+        for v in plan.waiting:
+            self.unavailable.add(v.key)
+        n = len(plan.victims) + len(plan.waiting)
+        nodes = self.ix.nodes
+        self._pend(
+            job,
+            f"waiting for {n} preempted gang{'s' if n != 1 else ''} to release GPUs",
+            PendingCode.PREEMPTING,
+            tuple(nodes[i].name for i in plan.placement.nodes),
+        )
+        return _Outcome.WAITING
+
+    def _reserve(self, job: Job, q: Queue, d: Demand, R: int, depth: int | None, pools: list[Pool]) -> int:
+        """Hold the free part of the best domain for a starving head; returns GPUs held."""
+        st, tree, ix = self.st, self.st.tree, self.ix
+        G = job.workers.total_gpus
+        L = tree.node_depth
+        best: tuple[int, int, Pool, int] | None = None  # (-free, dom, pool, depth)
+        for pool in pools:
+            members = pool.member_list()
+            for t in [depth] if depth is not None else range(L, -1, -1):
+                cap: dict[int, int] = {}
+                for n in members:
+                    dom = n if t == L else tree.ancestors[n][t]
+                    cap[dom] = cap.get(dom, 0) + ix.cap_gpu[n]
+                fits = [dom for dom, c in cap.items() if c >= G]
+                if not fits:
+                    continue
+                for dom in fits:
+                    free = st.free_gpu[dom] if t == L else pool.free_sum[dom]
+                    cand = (-free, dom, pool, t)
+                    if best is None or (cand[0], cand[1]) < (best[0], best[1]):
+                        best = cand
+                break
+        if best is None:
+            return 0
+        _, dom, pool, t = best
+        search = _Search(st, pool, d, frozenset())
+        if t == L:
+            k = search.exact(dom, R)
+            assign = [(dom, k)] if k else []
+        else:
+            assign = search.fill(dom, min(R, search.upper(dom, R)))
+        if not assign:
+            return 0
+        st.use_all(assign, d, 1)
+        self.book.add(q.name, G, {})
+        self.reserved.append(job.key)
+        return sum(k for _, k in assign) * d.gpus
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def _invalid(self, job: Job) -> str | None:
+        bad = invalid_workers(job.workers) or invalid_constraints(job.constraints)
+        if bad is not None:
+            return f"invalid spec: {bad}"
+        level = job.topology.level
+        if level is not None and self.st.tree.depth_of_level(level) is None:
+            return f"invalid spec: topology level {level!r} is not one of {list(self.st.tree.levels)}"
+        return None
+
+    def _required_depth(self, job: Job) -> int | None:
+        t = job.topology
+        if t.mode is TopologyMode.REQUIRED and t.level is not None:
+            return self.st.tree.depth_of_level(t.level)
+        return None
+
+    def _allowed_models(self, q: Queue, job: Job, G: int, d: Demand) -> tuple[frozenset[str] | None, str]:
+        if not q.model_quotas:
+            return None, ""
+        headroom = self.book.model_headroom(q)
+        need = d.gpus if job.constraints.mixed_models else G
+        allowed = frozenset(m for m in self.ix.models if m not in headroom or headroom[m] >= need)
+        if allowed == frozenset(self.ix.models):
+            return None, ""
+        used = self.book.model_usage.get(q.name, {})
+        full = ", ".join(
+            f"{m} {used.get(m, 0)}/{limit}" for m, limit in sorted(q.model_quotas.items()) if m not in allowed
+        )
+        return allowed, f"queue {q.name} at model quota ({full}); needs {need}"
+
+    def _single_model_allowed(self, q: Queue, G: int) -> frozenset[str]:
+        headroom = self.book.model_headroom(q)
+        return frozenset(m for m in self.ix.models if m not in headroom or headroom[m] >= G)
+
+    def _within_model_quota(self, q: Queue, p: Placement, d: Demand) -> bool:
+        if not q.model_quotas:
+            return True
+        headroom = self.book.model_headroom(q)
+        return all(g <= headroom.get(m, g) for m, g in self._models_of(p, d).items())
+
+    def _models_of(self, p: Placement, d: Demand) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for n, k in p.assign:
+            m = self.ix.model[n]
+            if m and d.gpus:
+                out[m] = out.get(m, 0) + k * d.gpus
+        return out
+
+    def _admit(self, job: Job, p: Placement, borrowed: int, restart: bool, quota: bool) -> None:
+        if quota:
+            self.book.add(job.queue, job.workers.total_gpus, self._models_of(p, self.ix.demand[job.key]))
+            self.admitted += 1
+        nodes = self.ix.nodes
+        self.admits.append(Admit(job.key, tuple(nodes[n].name for n in p.nodes), p.cost, borrowed, restart))
+        self._admitted_keys.add(job.key)
+
+    def _pend(self, job: Job, reason: str, code: str, nominated: tuple[str, ...] = ()) -> None:
+        self.pending[job.key] = (reason, code, nominated)
+
+    # ---- output ---------------------------------------------------------------------------------
+
+    def _decisions(self) -> Decisions:
+        ix = self.ix
+        by_queue: dict[str, list[Job]] = {}
+        for key in self.pending:
+            job = ix.jobs[key]
+            by_queue.setdefault(job.queue, []).append(job)
+        pending = []
+        for qn in sorted(by_queue):
+            jobs = sorted(by_queue[qn], key=lambda j: (not j.recovering, *order_key(j)))
+            for pos, job in enumerate(jobs, start=1):
+                reason, code, nominated = self.pending[job.key]
+                pending.append(Pending(job.key, reason, pos, code, nominated))
+        usage = {qn: self.book.used(qn) for qn in sorted(self.queues)}
+        borrowed = {qn: self.book.borrowed(q) for qn, q in sorted(self.queues.items())}
+        return Decisions(
+            admit=tuple(self.admits),
+            preempt=tuple(self.preempts),
+            restart=tuple(self.restarts),
+            pending=tuple(pending),
+            queue_usage=usage,
+            queue_borrowed=borrowed,
+        )

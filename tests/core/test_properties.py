@@ -1,0 +1,178 @@
+"""Property tests of gpuq.core.schedule over thousands of generated clusters and workloads.
+
+Each property runs GPUQ_CORE_EXAMPLES examples (default 2,000) of small random clusters: failed,
+cordoned, NotReady and GPU-degraded nodes, taints, labels, GPU models, other schedulers' pods; queues
+with cohorts, limits, policies and model quotas; running (some evicting, some on deleted nodes),
+pending and recovering jobs with topology and pod constraints.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuq.core import ClusterIndex, SchedulerConfig, schedule
+from gpuq.core.model import Job, Running, Snapshot
+
+from .helpers import (
+    check_gangs,
+    check_no_overcommit,
+    check_preemptions,
+    check_reasons,
+    check_required_topology,
+)
+from .strategies import NOW, PROPERTY, scenarios
+
+Scenario = tuple[Snapshot, SchedulerConfig]
+
+
+@PROPERTY
+@given(scenarios())
+def test_no_node_overcommitted(sc: Scenario) -> None:
+    s, cfg = sc
+    check_no_overcommit(s, schedule(s, NOW, cfg))
+
+
+@PROPERTY
+@given(scenarios())
+def test_gangs_all_or_nothing_and_every_job_decided_once(sc: Scenario) -> None:
+    s, cfg = sc
+    check_gangs(s, schedule(s, NOW, cfg))
+
+
+@PROPERTY
+@given(scenarios())
+def test_required_topology_respected(sc: Scenario) -> None:
+    s, cfg = sc
+    check_required_topology(s, schedule(s, NOW, cfg))
+
+
+@PROPERTY
+@given(scenarios())
+def test_every_pending_job_gets_reason_and_position(sc: Scenario) -> None:
+    s, cfg = sc
+    check_reasons(s, schedule(s, NOW, cfg))
+
+
+@PROPERTY
+@given(scenarios())
+def test_preemption_only_of_allowed_victims_and_only_if_preemptor_fits(sc: Scenario) -> None:
+    s, cfg = sc
+    d = schedule(s, NOW, cfg)
+    check_preemptions(s, d, NOW)
+    check_no_overcommit(s, d)  # "later": with victims gone, every nominated preemptor fits
+
+
+def _usage(s: Snapshot) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    models = {n.name: n.gpu_model for n in s.nodes}
+    usage: dict[str, int] = {}
+    model_usage: dict[str, dict[str, int]] = {}
+    for j in s.jobs:
+        if j.running is not None and not j.evicting:
+            usage[j.queue] = usage.get(j.queue, 0) + len(j.running.placement) * j.workers.gpus_per_worker
+            for n in j.running.placement:
+                m = models.get(n)
+                if m:
+                    mu = model_usage.setdefault(j.queue, {})
+                    mu[m] = mu.get(m, 0) + j.workers.gpus_per_worker
+        elif j.running is None and j.recovering:
+            usage[j.queue] = usage.get(j.queue, 0) + j.workers.total_gpus
+    return usage, model_usage
+
+
+@PROPERTY
+@given(scenarios(preemption=False, evicting=False))
+def test_quota_borrowing_and_lending_limits(sc: Scenario) -> None:
+    """Replays admissions in decision order (preemption off, so usage changes only by admission)."""
+    s, cfg = sc
+    cfg = replace(cfg, starvation_seconds=1e9)  # no reservations: only admissions change usage
+    d = schedule(s, NOW, cfg)
+    queues = {q.name: q for q in s.queues}
+    jobs = {j.key: j for j in s.jobs}
+    models = {n.name: n.gpu_model for n in s.nodes}
+    usage, model_usage = _usage(s)
+
+    def lent(q: str) -> int:
+        qq = queues[q]
+        limit = (
+            qq.nominal_gpus if qq.lending_limit_gpus is None else min(qq.lending_limit_gpus, qq.nominal_gpus)
+        )
+        return max(0, min(limit, qq.nominal_gpus - usage.get(q, 0)))
+
+    def borrowed(q: str) -> int:
+        return max(0, usage.get(q, 0) - queues[q].nominal_gpus)
+
+    for a in d.admit:
+        if a.restart:
+            continue  # recovering jobs keep the quota they already had
+        j = jobs[a.job]
+        q = queues[j.queue]
+        before = usage.get(q.name, 0)
+        usage[q.name] = before + j.workers.total_gpus
+        added: set[str] = set()
+        for n in a.placement:
+            m = models[n]
+            if m and j.workers.gpus_per_worker:
+                mu = model_usage.setdefault(q.name, {})
+                mu[m] = mu.get(m, 0) + j.workers.gpus_per_worker
+                added.add(m)
+        for m, limit in q.model_quotas.items():
+            if m in added:
+                assert model_usage[q.name][m] <= limit, f"{a.job}: {m} quota {limit} exceeded"
+        if usage[q.name] <= q.nominal_gpus:
+            assert a.borrowed_gpus == 0
+            continue
+        assert q.cohort is not None, f"{a.job}: queue {q.name} has no cohort but went above nominal"
+        assert a.borrowed_gpus == min(j.workers.total_gpus, usage[q.name] - q.nominal_gpus)
+        if q.borrowing_limit_gpus is not None:
+            assert borrowed(q.name) <= q.borrowing_limit_gpus
+        peers = [p for p in queues.values() if p.cohort == q.cohort]
+        assert sum(borrowed(p.name) for p in peers) <= sum(lent(p.name) for p in peers if p.name != q.name)
+    for qn, used in d.queue_usage.items():
+        assert used == usage.get(qn, 0), f"queue {qn}: reported {used}, replayed {usage.get(qn, 0)}"
+
+
+@PROPERTY
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_deterministic_under_input_permutation(sc: Scenario, rnd: random.Random) -> None:
+    s, cfg = sc
+    first = schedule(s, NOW, cfg)
+    assert schedule(s, NOW, cfg) == first
+    nodes, queues, jobs = list(s.nodes), list(s.queues), list(s.jobs)
+    rnd.shuffle(nodes)
+    rnd.shuffle(queues)
+    rnd.shuffle(jobs)
+    assert schedule(Snapshot(s.topology, tuple(nodes), tuple(queues), tuple(jobs)), NOW, cfg) == first
+
+
+@PROPERTY
+@given(scenarios(), scenarios(), st.randoms(use_true_random=False))
+def test_incremental_index_decides_like_a_fresh_one(a: Scenario, b: Scenario, rnd: random.Random) -> None:
+    """An index moved from snapshot A to B by deltas decides exactly like one built from B."""
+    s1, cfg = a
+    s2, _ = b
+    ix = ClusterIndex(s1, cfg)
+    schedule(s1, NOW, cfg, index=ix)
+    # Keep A's nodes, mutate some (same names/paths), swap the jobs for B's jobs mapped onto A's nodes.
+    names = [n.name for n in s1.nodes]
+    changed = [replace(n, used_by_others=type(n.used_by_others)()) for n in s1.nodes if rnd.random() < 0.3]
+    by_name = {n.name: n for n in s1.nodes} | {n.name: n for n in changed}
+    new_jobs: list[Job] = []
+    for j in s2.jobs:
+        if j.running is not None:
+            j = replace(j, running=Running(tuple(rnd.choice(names) for _ in j.running.placement), 0.0))
+        new_jobs.append(j)
+    kept = [j for j in s1.jobs if rnd.random() < 0.5]
+    kept_keys = {j.key for j in kept}
+    new_jobs = [replace(j, key=j.key + "-b") for j in new_jobs]
+    s3 = Snapshot(s1.topology, tuple(by_name[n] for n in names), s2.queues, tuple(kept + new_jobs))
+    ix.apply(
+        s3,
+        nodes=changed,
+        jobs=new_jobs,
+        removed_jobs=[j.key for j in s1.jobs if j.key not in kept_keys],
+    )
+    assert schedule(s3, NOW, cfg, index=ix) == schedule(s3, NOW, cfg)
