@@ -64,7 +64,7 @@ def job(
     replicas: int = 1,
     gpus: int = 1,
     priority: int = 0,
-    created: float = 0.0,
+    created: float = 900.0,  # NOW - 100: younger than the default starvation threshold
     on: Sequence[str] | None = None,
     started: float = 0.0,
     level: str | None = None,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gpuq.core.constraints import F_MODELS, describe
 from gpuq.core.decisions import PendingCode
-from gpuq.core.fit import Demand, short_resource
+from gpuq.core.fit import Demand
 from gpuq.core.index import Eligibility
 from gpuq.core.model import Job
 from gpuq.core.pools import Pool
@@ -111,7 +111,7 @@ def _placement_reason(
             f"room for {slots} workers of {d.gpus} GPUs{on}",
             PendingCode.PLACEMENT,
         )
-    short = _short_resource(st, static.members, d)
+    short = _short_resource(st, static.members, d, replicas)
     return f"needs {need}; not enough {short} on eligible nodes with free GPUs{on}", PendingCode.PLACEMENT
 
 
@@ -145,13 +145,16 @@ def _static(st: CycleState, pools: Sequence[Pool], depth: int | None) -> _Static
     return out
 
 
-def _short_resource(st: CycleState, members: Sequence[int], d: Demand) -> str:
-    counts: dict[str, int] = {}
-    for n in members:
-        if st.free_gpu[n] >= d.gpus:
-            r = short_resource(st.free_gpu[n], st.free_cpu[n], st.free_mem[n], st.free_extra[n], d)
-            if r is not None:
-                counts[r] = counts.get(r, 0) + 1
-    if not counts:
-        return "room (excluded nodes)"
-    return max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
+def _short_resource(st: CycleState, members: Sequence[int], d: Demand, replicas: int) -> str:
+    """The resource whose free amount alone leaves the fewest worker slots on the eligible nodes."""
+    per: dict[str, int] = {}
+    needs = [("GPU", d.gpus, st.free_gpu), ("CPU", d.cpu, st.free_cpu), ("memory", d.mem, st.free_mem)]
+    for name, need, free in needs:
+        if need:
+            per[name] = sum(max(free[n], 0) // need for n in members)
+    for name, need in d.extra:
+        per[name] = sum(max((st.free_extra[n] or {}).get(name, 0), 0) // need for n in members)
+    if not per:
+        return "room"
+    worst = min(per.items(), key=lambda kv: (kv[1], kv[0]))
+    return worst[0] if worst[1] < replicas else "room on single nodes (resources are spread)"

@@ -26,7 +26,7 @@ from gpuq.core.failover import backoff_seconds, detect
 from gpuq.core.fit import Demand, invalid_workers
 from gpuq.core.index import ClusterIndex, SnapshotError
 from gpuq.core.model import Job, Queue, QueueingStrategy, Snapshot, TopologyMode
-from gpuq.core.placement import Placement, Request, _Search, place
+from gpuq.core.placement import Placement, Request, place
 from gpuq.core.pools import Pool
 from gpuq.core.quota import QuotaBook
 from gpuq.core.reasons import placement_reason, unschedulable_reason
@@ -317,6 +317,10 @@ class _Cycle:
                 self._pend(job, unschedulable_reason(job, el), PendingCode.UNSCHEDULABLE)
                 return _Outcome.FAILED
         reason, code = placement_reason(st, job, d, R, depth, tiers[-1], self.reason_memo)
+        if allowed is not None and code == PendingCode.UNSCHEDULABLE:
+            # Only models the queue's model quota excludes could hold it.
+            self._pend(job, model_reason, PendingCode.QUOTA)
+            return _Outcome.FAILED
         if (
             is_head
             and code == PendingCode.PLACEMENT
@@ -390,18 +394,26 @@ class _Cycle:
         if best is None:
             return 0
         _, dom, pool, t = best
-        search = _Search(st, pool, d, frozenset())
-        if t == L:
-            k = search.exact(dom, R)
-            assign = [(dom, k)] if k else []
-        else:
-            assign = search.fill(dom, min(R, search.upper(dom, R)))
-        if not assign:
+        # The head will need whole worker slots on the nodes with the most free GPUs: hold what is free
+        # on them now (partial slots too), so smaller jobs cannot keep nibbling at them.
+        members = [dom] if t == L else [n for n in pool.member_list() if tree.contains(dom, n)]
+        members.sort(key=lambda n: (-st.free_gpu[n], n))
+        held = 0
+        need = R
+        for n in members:
+            if need <= 0 or not d.gpus:
+                break
+            k = min(need, ix.cap_gpu[n] // d.gpus)
+            take = min(max(st.free_gpu[n], 0), k * d.gpus)
+            need -= k
+            if take:
+                st.delta(n, take, 0, 0, ())
+                held += take
+        if not held:
             return 0
-        st.use_all(assign, d, 1)
         self.book.add(q.name, G, {})
         self.reserved.append(job.key)
-        return sum(k for _, k in assign) * d.gpus
+        return held
 
     # ---- helpers --------------------------------------------------------------------------------
 

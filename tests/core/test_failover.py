@@ -1,0 +1,144 @@
+"""Failover planning: failed gangs restart whole and are re-placed ahead of new work."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpuq.core import SchedulerConfig
+from gpuq.core.decisions import PendingCode
+from gpuq.core.model import Constraints, Health, Resources, Taint, TaintEffect, Toleration
+
+from .helpers import NOW, admitted, cluster, codes, job, pending, queue, run, snap
+
+NODES = cluster(racks=2, nodes_per_rack=2)  # racks r000 (n0000, n0001) and r001 (n0010, n0011)
+
+
+def with_node(nodes: list, name: str, **kw: object) -> list:  # type: ignore[type-arg]
+    return [replace(n, **kw) if n.name == name else n for n in nodes]
+
+
+def test_failed_node_restarts_every_gang_on_it() -> None:
+    nodes = with_node(NODES, "n0000", health=Health.FAILED)
+    jobs = [
+        job("ns/a", replicas=2, gpus=4, on=["n0000", "n0001"]),
+        job("ns/b", gpus=4, on=["n0000"]),
+        job("ns/c", gpus=8, on=["n0010"]),
+    ]
+    d = run(snap(nodes, [queue()], jobs))
+    assert [(r.job, r.failed_nodes) for r in d.restart] == [("ns/a", ("n0000",)), ("ns/b", ("n0000",))]
+    assert d.restart[0].reason == "node n0000 failed"
+
+
+def test_not_ready_within_grace_is_not_a_failure_but_beyond_it_is() -> None:
+    cfg = SchedulerConfig()
+    grace = cfg.failover.not_ready_grace_seconds
+    jobs = [job("ns/a", gpus=8, on=["n0000"])]
+    early = run(snap(with_node(NODES, "n0000", not_ready_since=NOW - grace + 1), [queue()], jobs))
+    assert early.restart == ()
+    late = run(snap(with_node(NODES, "n0000", not_ready_since=NOW - grace - 1), [queue()], jobs))
+    assert late.restart[0].reason == f"node n0000 NotReady for {grace + 1:.0f}s (grace {grace:.0f}s)"
+
+
+def test_deleted_node_restarts_its_gang() -> None:
+    nodes = [n for n in NODES if n.name != "n0001"]
+    d = run(snap(nodes, [queue()], [job("ns/a", replicas=2, gpus=8, on=["n0000", "n0001"])]))
+    assert d.restart[0].failed_nodes == ("n0001",) and d.restart[0].reason == "node n0001 deleted"
+
+
+def test_no_execute_taint_fails_only_gangs_that_do_not_tolerate_it() -> None:
+    taint = Taint("gpu-error", "xid", TaintEffect.NO_EXECUTE)
+    nodes = with_node(NODES, "n0000", taints=(taint,))
+    tolerant = job(
+        "ns/tolerant",
+        gpus=4,
+        on=["n0000"],
+        constraints=Constraints(tolerations=(Toleration("gpu-error", "Exists"),)),
+    )
+    plain = job("ns/plain", gpus=4, on=["n0000"])
+    d = run(snap(nodes, [queue()], [tolerant, plain]))
+    assert [r.job for r in d.restart] == ["ns/plain"]
+    assert d.restart[0].reason == "node n0000 tainted gpu-error=xid:NoExecute"
+
+
+def test_fewer_healthy_gpus_than_bound_fails_the_gangs_on_the_node() -> None:
+    nodes = with_node(NODES, "n0000", healthy_gpus=6)
+    d = run(snap(nodes, [queue()], [job("ns/a", gpus=4, on=["n0000"]), job("ns/b", gpus=4, on=["n0000"])]))
+    assert {r.job for r in d.restart} == {"ns/a", "ns/b"}
+    assert "reports 6 healthy GPUs for 8 bound" in d.restart[0].reason
+
+
+def test_degraded_node_offers_only_its_healthy_gpus() -> None:
+    nodes = with_node(NODES, "n0000", healthy_gpus=4)
+    nodes = [n for n in nodes if n.name == "n0000"]
+    d = run(snap(nodes, [queue()], [job("ns/a", gpus=4), job("ns/b", gpus=4, created=901)]))
+    assert set(admitted(d)) == {"ns/a"}
+
+
+def test_restarted_gang_is_re_placed_in_the_same_cycle_in_its_previous_rack() -> None:
+    nodes = with_node(NODES, "n0010", health=Health.FAILED)
+    nodes = [*nodes, *cluster(racks=3, nodes_per_rack=2)[4:]]  # add a third, empty rack r002
+    gang = job("ns/gang", replicas=2, gpus=4, on=["n0010", "n0011"])
+    d = run(snap(nodes, [queue()], [gang]))
+    assert d.restart[0].not_before == NOW  # first restart: no back-off
+    a = d.admit[0]
+    assert a.restart and a.job == "ns/gang"
+    assert set(a.placement) == {"n0011"}  # its surviving node in rack r001, not the empty rack
+
+
+def test_restart_goes_ahead_of_new_work_and_keeps_its_quota() -> None:
+    nodes = with_node(cluster(racks=1, nodes_per_rack=2), "n0000", health=Health.FAILED)
+    q = queue(nominal=8)
+    victim = job("ns/old", gpus=8, on=["n0000"], priority=0)
+    newer = job("ns/new", gpus=8, priority=9)
+    d = run(snap(nodes, [q], [victim, newer]))
+    assert admitted(d) == {"ns/old": ("n0001",)}
+    assert codes(d)["ns/new"] == PendingCode.QUOTA
+
+
+def test_restart_backoff_delays_re_placement() -> None:
+    nodes = with_node(NODES, "n0000", health=Health.FAILED)
+    cfg = SchedulerConfig()
+    d = run(snap(nodes, [queue()], [job("ns/a", gpus=8, on=["n0000"], restart_count=2)]), config=cfg)
+    expected = min(cfg.failover.backoff_max_seconds, cfg.failover.backoff_base_seconds * 2)
+    assert d.restart[0].not_before == NOW + expected
+    assert d.admit == () and codes(d)["ns/a"] == PendingCode.BACKOFF
+
+
+def test_recovering_job_avoids_its_bad_nodes_and_prefers_its_old_rack() -> None:
+    recovering = job(
+        "ns/r",
+        replicas=2,
+        gpus=4,
+        recovering=True,
+        previous_placement=("n0010", "n0011"),
+        avoid_nodes=frozenset({"n0011"}),
+    )
+    d = run(snap(NODES, [queue()], [recovering]))
+    assert admitted(d)["ns/r"] == ("n0010", "n0010")
+    assert d.admit[0].restart
+
+
+def test_recovering_job_not_re_placeable_says_why() -> None:
+    nodes = [n for n in NODES if n.name in ("n0000", "n0001")]
+    recovering = job(
+        "ns/r",
+        replicas=2,
+        gpus=8,
+        recovering=True,
+        previous_placement=("n0000", "n0001"),
+        avoid_nodes=frozenset({"n0001"}),
+    )
+    d = run(snap(nodes, [queue()], [recovering]))
+    assert pending(d)["ns/r"].endswith("(avoiding 1 failed nodes)")
+
+
+def test_evicting_job_on_failed_node_is_not_restarted() -> None:
+    nodes = with_node(NODES, "n0000", health=Health.FAILED)
+    d = run(snap(nodes, [queue()], [job("ns/going", gpus=8, on=["n0000"], evicting=True)]))
+    assert d.restart == ()
+
+
+def test_other_schedulers_gpus_count_for_degraded_node_failure() -> None:
+    nodes = with_node(NODES, "n0000", healthy_gpus=7, used_by_others=Resources(gpus=4))
+    d = run(snap(nodes, [queue()], [job("ns/a", gpus=4, on=["n0000"])]))
+    assert [r.job for r in d.restart] == ["ns/a"]

@@ -1,0 +1,147 @@
+"""Preemption: whole gangs, allowed victims only, cheapest set, simulated before it is decided."""
+
+from __future__ import annotations
+
+from gpuq.core.decisions import PendingCode
+from gpuq.core.model import PreemptionPolicy, ReclaimPreemption, WithinQueuePreemption
+
+from .helpers import NOW, admitted, checkpoint, cluster, codes, job, never_preempt, pending, queue, run, snap
+
+ONE_NODE = cluster(racks=1, nodes_per_rack=1)
+TWO_NODES = cluster(racks=1, nodes_per_rack=2)
+
+
+def victims(d: object) -> set[str]:
+    return {p.victim for p in d.preempt}  # type: ignore[attr-defined]
+
+
+def test_lower_priority_job_in_queue_is_preempted_for_a_higher_one() -> None:
+    low = job("ns/low", gpus=8, priority=0, on=["n0000"])
+    high = job("ns/high", gpus=8, priority=5)
+    d = run(snap(ONE_NODE, [queue()], [low, high]))
+    assert victims(d) == {"ns/low"}
+    assert d.preempt[0].for_job == "ns/high"
+    assert codes(d)["ns/high"] == PendingCode.PREEMPTING
+    assert pending(d)["ns/high"] == "waiting for 1 preempted gang to release GPUs"
+    assert d.pending[0].nominated == ("n0000",)
+    assert d.admit == ()  # the preemptor binds only once the victim is gone
+
+
+def test_never_preempts_equal_or_higher_priority() -> None:
+    d = run(
+        snap(
+            ONE_NODE,
+            [queue()],
+            [job("ns/run", gpus=8, priority=5, on=["n0000"]), job("ns/new", gpus=8, priority=5)],
+        )
+    )
+    assert d.preempt == ()
+
+
+def test_within_queue_never_policy_disables_preemption() -> None:
+    q = queue(preemption=never_preempt())
+    d = run(snap(ONE_NODE, [q], [job("ns/low", gpus=8, on=["n0000"]), job("ns/high", gpus=8, priority=5)]))
+    assert d.preempt == ()
+
+
+def test_non_preemptible_and_too_young_jobs_are_spared() -> None:
+    pinned = job("ns/pinned", gpus=8, on=["n0000"], preemptible=False)
+    young = job("ns/young", gpus=8, on=["n0001"], started=NOW - 10, min_runtime_seconds=60)
+    d = run(snap(TWO_NODES, [queue()], [pinned, young, job("ns/high", gpus=8, priority=5)]))
+    assert d.preempt == ()
+
+
+def test_cheapest_victim_has_lowest_priority_first() -> None:
+    jobs = [job("ns/p1", gpus=8, priority=1, on=["n0000"]), job("ns/p0", gpus=8, priority=0, on=["n0001"])]
+    d = run(snap(TWO_NODES, [queue()], [*jobs, job("ns/high", gpus=8, priority=5)]))
+    assert victims(d) == {"ns/p0"}
+
+
+def test_cheapest_victim_loses_least_work_since_its_checkpoint() -> None:
+    fresh = job("ns/fresh-ckpt", gpus=8, on=["n0000"], started=0, checkpoint=checkpoint(NOW - 5))
+    stale = job("ns/stale-ckpt", gpus=8, on=["n0001"], started=0, checkpoint=checkpoint(NOW - 500))
+    d = run(snap(TWO_NODES, [queue()], [fresh, stale, job("ns/high", gpus=8, priority=5)]))
+    assert victims(d) == {"ns/fresh-ckpt"}
+
+
+def test_fewest_victims_when_work_lost_ties() -> None:
+    # Two 4-GPU jobs and one 8-GPU job, all started 50 s ago: 400 GPU-seconds lost either way.
+    small = [job(f"ns/s{i}", gpus=4, on=["n0000"], started=NOW - 50) for i in range(2)]
+    big = job("ns/big", gpus=8, on=["n0001"], started=NOW - 50)
+    d = run(snap(TWO_NODES, [queue()], [*small, big, job("ns/high", gpus=8, priority=5)]))
+    assert victims(d) == {"ns/big"}
+
+
+def test_victims_are_whole_gangs() -> None:
+    gang = job("ns/gang", replicas=2, gpus=8, on=["n0000", "n0001"])
+    d = run(snap(TWO_NODES, [queue()], [gang, job("ns/high", gpus=8, priority=5)]))
+    assert victims(d) == {"ns/gang"}
+    assert len(d.pending[0].nominated) == 1
+
+
+def test_borrowed_gang_reclaimed_by_lender() -> None:
+    lender = queue("lender", nominal=8, cohort="c")
+    borrower = queue("borrower", nominal=0, cohort="c")
+    borrowed = job("ns/borrowed", queue="borrower", gpus=8, priority=9, on=["n0000"])
+    d = run(snap(ONE_NODE, [lender, borrower], [borrowed, job("ns/own", queue="lender", gpus=8)]))
+    assert victims(d) == {"ns/borrowed"}
+    assert "runs on borrowed quota" in d.preempt[0].reason
+
+
+def test_reclaim_lower_priority_policy_spares_higher_priority_borrowers() -> None:
+    policy = PreemptionPolicy(WithinQueuePreemption.LOWER_PRIORITY, ReclaimPreemption.LOWER_PRIORITY)
+    lender = queue("lender", nominal=8, cohort="c", preemption=policy)
+    borrower = queue("borrower", nominal=0, cohort="c")
+    borrowed = job("ns/borrowed", queue="borrower", gpus=8, priority=9, on=["n0000"])
+    d = run(snap(ONE_NODE, [lender, borrower], [borrowed, job("ns/own", queue="lender", gpus=8)]))
+    assert d.preempt == ()
+
+
+def test_reclaim_never_touches_a_queue_within_its_nominal() -> None:
+    a = queue("a", nominal=8, cohort="c")
+    b = queue("b", nominal=8, cohort="c")
+    within = job("ns/within", queue="b", gpus=8, on=["n0000"])
+    d = run(snap(ONE_NODE, [a, b], [within, job("ns/new", queue="a", gpus=8)]))
+    assert d.preempt == ()
+
+
+def test_preemptor_waits_for_evicting_victims_instead_of_preempting_more() -> None:
+    evicting = job("ns/going", gpus=8, on=["n0000"], evicting=True)
+    other = job("ns/other", gpus=8, on=["n0001"])
+    d = run(snap(TWO_NODES, [queue()], [evicting, other, job("ns/high", gpus=8, priority=5)]))
+    assert d.preempt == ()
+    assert pending(d)["ns/high"] == "waiting for 1 preempted gang to release GPUs"
+    assert d.pending[0].nominated == ("n0000",)
+
+
+def test_no_preemption_when_victims_would_not_make_room() -> None:
+    nodes = cluster(racks=2, nodes_per_rack=1)
+    jobs = [job("ns/a", gpus=8, on=["n0000"]), job("ns/b", gpus=8, on=["n0010"], priority=9)]
+    # Needs two nodes in one rack: no rack has two nodes, so evicting ns/a cannot help.
+    d = run(snap(nodes, [queue()], [*jobs, job("ns/high", replicas=2, gpus=8, priority=5, level="rack")]))
+    assert d.preempt == ()
+
+
+def test_preemption_frees_quota_within_the_queue() -> None:
+    nodes = cluster(racks=1, nodes_per_rack=2)
+    d = run(
+        snap(
+            nodes,
+            [queue(nominal=8)],
+            [job("ns/low", gpus=8, on=["n0000"]), job("ns/high", gpus=8, priority=5)],
+        )
+    )
+    assert victims(d) == {"ns/low"}
+
+
+def test_preemption_respects_required_topology_of_the_preemptor() -> None:
+    nodes = cluster(racks=2, nodes_per_rack=2)
+    jobs = [
+        job("ns/r0a", gpus=8, on=["n0000"], priority=0),
+        job("ns/r0b", gpus=8, on=["n0001"], priority=0),
+        job("ns/r1a", gpus=8, on=["n0010"], priority=1),
+        job("ns/r1b", gpus=8, on=["n0011"], priority=0),
+    ]
+    d = run(snap(nodes, [queue()], [*jobs, job("ns/high", replicas=2, gpus=8, priority=5, level="rack")]))
+    assert victims(d) == {"ns/r0a", "ns/r0b"}
+    assert admitted(d) == {}

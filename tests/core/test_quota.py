@@ -1,0 +1,93 @@
+"""Quota: nominal, cohort borrowing and lending limits, weighted fair share."""
+
+from __future__ import annotations
+
+from gpuq.core.decisions import PendingCode
+
+from .helpers import admitted, cluster, codes, job, queue, run, snap
+
+NODES = cluster(racks=2, nodes_per_rack=4)  # 64 GPUs
+
+
+def test_queue_without_cohort_stops_at_nominal() -> None:
+    jobs = [job("ns/a", queue="team-a", gpus=8, on=["n0000"]), job("ns/b", queue="team-a", gpus=8)]
+    d = run(snap(NODES, [queue("team-a", nominal=8)], jobs))
+    assert d.admit == ()
+    assert d.pending[0].reason == "queue team-a at quota 8/8"
+    assert d.pending[0].code == PendingCode.QUOTA
+
+
+def test_borrows_what_the_cohort_lends() -> None:
+    qs = [queue("a", nominal=8, cohort="c"), queue("b", nominal=16, cohort="c")]
+    d = run(snap(NODES, qs, [job("ns/big", queue="a", replicas=3, gpus=8)]))
+    assert set(admitted(d)) == {"ns/big"}
+    assert d.admit[0].borrowed_gpus == 16
+    assert d.queue_borrowed == {"a": 16, "b": 0}
+
+
+def test_cannot_borrow_more_than_the_cohort_lends() -> None:
+    qs = [queue("a", nominal=8, cohort="c"), queue("b", nominal=16, cohort="c")]
+    running = job("ns/b1", queue="b", gpus=8, on=["n0000"])
+    d = run(snap(NODES, qs, [running, job("ns/big", queue="a", replicas=3, gpus=8)]))
+    assert d.admit == ()
+    assert d.pending[0].reason == "queue a at quota 0/8 and cohort c lends 8 (needs 16)"
+
+
+def test_lending_limit_caps_what_a_queue_lends() -> None:
+    qs = [queue("a", nominal=8, cohort="c"), queue("b", nominal=32, cohort="c", lending_limit_gpus=8)]
+    d = run(
+        snap(
+            NODES,
+            qs,
+            [job("ns/x", queue="a", replicas=2, gpus=8), job("ns/y", queue="a", replicas=3, gpus=8)],
+        )
+    )
+    assert set(admitted(d)) == {"ns/x"}
+    assert codes(d)["ns/y"] == PendingCode.QUOTA
+
+
+def test_borrowing_limit_caps_what_a_queue_borrows() -> None:
+    qs = [queue("a", nominal=8, cohort="c", borrowing_limit_gpus=8), queue("b", nominal=32, cohort="c")]
+    d = run(
+        snap(
+            NODES,
+            qs,
+            [job("ns/x", queue="a", replicas=3, gpus=8), job("ns/y", queue="a", replicas=2, gpus=8)],
+        )
+    )
+    assert set(admitted(d)) == {"ns/y"}
+    assert "borrowing limit is 8" in d.pending[0].reason
+
+
+def test_fair_share_splits_spare_capacity_by_weight() -> None:
+    qs = [
+        queue("heavy", nominal=0, cohort="c", weight=3.0),
+        queue("light", nominal=0, cohort="c", weight=1.0),
+        queue("lender", nominal=32, cohort="c"),
+    ]
+    jobs = [job(f"ns/h{i}", queue="heavy", gpus=4, created=900 + i) for i in range(8)]
+    jobs += [job(f"ns/l{i}", queue="light", gpus=4, created=900 + i) for i in range(8)]
+    d = run(snap(NODES, qs, jobs))
+    assert d.queue_usage["heavy"] == 24 and d.queue_usage["light"] == 8
+
+
+def test_heads_within_nominal_go_before_borrowers() -> None:
+    qs = [
+        queue("own", nominal=8, cohort="c"),
+        queue("borrower", nominal=0, cohort="c"),
+        queue("l", 16, cohort="c"),
+    ]
+    nodes = cluster(racks=1, nodes_per_rack=1)  # 8 GPUs: only one of the two jobs fits
+    jobs = [
+        job("ns/borrow", queue="borrower", gpus=8, created=1),
+        job("ns/own", queue="own", gpus=8, created=500),
+    ]
+    d = run(snap(nodes, qs, jobs))
+    assert set(admitted(d)) == {"ns/own"}
+
+
+def test_evicting_jobs_do_not_count_against_quota() -> None:
+    jobs = [job("ns/old", gpus=8, on=["n0000"], evicting=True), job("ns/new", gpus=8)]
+    d = run(snap(NODES, [queue(nominal=8)], jobs))
+    assert set(admitted(d)) == {"ns/new"}
+    assert admitted(d)["ns/new"] != ("n0000",)
