@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,10 +26,14 @@ def gpuq(cluster: E2ECluster) -> GpuqClient:
 
 
 @pytest.fixture(scope="module")
-def operator(cluster: E2ECluster, gpuq: GpuqClient, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+def operator(
+    cluster: E2ECluster, gpuq: GpuqClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
     work = tmp_path_factory.mktemp("operator")
     (work / "config.yaml").write_text(FAST_CONFIG)
-    op = OperatorProcess(cluster.kubeconfig, work / "operator.log", work / "config.yaml").start()
+    op = OperatorProcess(
+        cluster.kubeconfig, work / "operator.log", work / "config.yaml", log_level="DEBUG"
+    ).start()
     yield op
     op.stop()
     print(f"operator log: {op.log_path}")
@@ -42,6 +45,9 @@ def ns(namespace: str, gpuq: GpuqClient, operator: OperatorProcess) -> Iterator[
     yield namespace
     for job in gpuq.jobs(namespace):
         gpuq.delete_job(namespace, job["metadata"]["name"])
+    # Finished pods hold no GPUs; delete them rather than wait for garbage collection.
+    gpuq.core.delete_collection_namespaced_pod(namespace, field_selector="status.phase=Succeeded")
+    gpuq.core.delete_collection_namespaced_pod(namespace, field_selector="status.phase=Failed")
     wait_for(lambda: not gpuq.core.list_namespaced_pod(namespace).items, 60, f"pods of {namespace} gone")
 
 
@@ -60,11 +66,20 @@ def queue(gpuq: GpuqClient) -> Iterator[Callable[..., str]]:
         gpuq.delete_queue(name)
 
 
-def phase(gpuq: GpuqClient, op: OperatorProcess, ns: str, name: str, phases: str | tuple[str, ...], timeout: float = 60) -> dict[str, Any]:
+def phase(
+    gpuq: GpuqClient,
+    op: OperatorProcess,
+    ns: str,
+    name: str,
+    phases: str | tuple[str, ...],
+    timeout: float = 60,
+) -> dict[str, Any]:
     try:
         return gpuq.wait_phase(ns, name, phases, timeout)
     except TimeoutError as exc:
-        raise AssertionError(f"{exc}; status={gpuq.status(ns, name)}\n--- operator log ---\n{op.log_tail()}") from None
+        raise AssertionError(
+            f"{exc}; status={gpuq.status(ns, name)}\n--- operator log ---\n{op.log_tail()}"
+        ) from None
 
 
 def test_job_is_admitted_and_its_gang_bound_and_running(
@@ -92,3 +107,204 @@ def test_job_is_admitted_and_its_gang_bound_and_running(
     reasons = {e.reason for e in gpuq.events(ns, "llm")}
     assert {"Admitted", "Running"} <= reasons
     wait_for(lambda: gpuq.queue(q).get("status", {}).get("usedGPUs") == 16, 20, "queue usage published")
+
+
+def running_nodes(gpuq: GpuqClient, ns: str, job: str) -> list[str]:
+    return [p["node"] for p in sorted(gpuq.status(ns, job).get("placement") or [], key=lambda p: p["rank"])]
+
+
+def labels_of(cluster: E2ECluster) -> dict[str, dict[str, str]]:
+    return {n.metadata.name: n.metadata.labels for n in cluster.gpu_nodes()}
+
+
+def test_quota_admission_order_and_waiting_position(
+    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    q = queue(16, preemption={"withinQueue": "Never"})
+    gpuq.submit(ns, "first", q, 2, 8, annotations={SIM_DURATION: "5s"})
+    phase(gpuq, operator, ns, "first", "Running")
+    gpuq.submit(ns, "low", q, 2, 8, priority=0)
+    gpuq.submit(ns, "high", q, 2, 8, priority=10)
+    gpuq.wait_status(ns, "low", lambda s: s.get("queuePosition") == 2, 30, "low at position 2")
+    high = gpuq.wait_status(ns, "high", lambda s: s.get("queuePosition") == 1, 30, "high at position 1")
+    assert high["phase"] == "Queued" and high["message"]
+    admitted = gpuq.condition(ns, "high", "Admitted")
+    assert admitted is not None and admitted["status"] == "False"
+    assert not gpuq.pods(ns, "high") and not gpuq.pods(ns, "low")
+    phase(gpuq, operator, ns, "first", "Succeeded", timeout=30)
+    phase(gpuq, operator, ns, "high", "Running", timeout=30)
+    low = gpuq.wait_status(ns, "low", lambda s: s.get("queuePosition") == 1, 30, "low moves up")
+    assert low["phase"] == "Queued"
+
+
+def test_gang_is_all_or_nothing_under_scarcity(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    """Two gangs that each need more than half the cluster: one runs whole, the other binds nothing."""
+    q = queue(1000)
+    workers = len(cluster.node_names) // 2 + 2
+    gpuq.submit(ns, "gang-a", q, workers, cluster.gpus_per_node)
+    gpuq.submit(ns, "gang-b", q, workers, cluster.gpus_per_node)
+    wait_for(
+        lambda: any(gpuq.status(ns, j).get("phase") == "Running" for j in ("gang-a", "gang-b")),
+        60,
+        "one gang running",
+    )
+    statuses = {j: gpuq.status(ns, j) for j in ("gang-a", "gang-b")}
+    runner = next(j for j, s in statuses.items() if s["phase"] == "Running")
+    waiter = next(j for j in statuses if j != runner)
+    waiting = gpuq.wait_status(
+        ns, waiter, lambda s: bool(s.get("message")), 20, "waiting gang explains itself"
+    )
+    assert waiting["phase"] == "Queued" and not waiting.get("placement")
+    assert gpuq.pods(ns, waiter) == []  # not a single worker created, let alone bound
+    assert len([p for p in gpuq.pods(ns, runner) if p.spec.node_name]) == workers
+
+
+def test_topology_required_and_preferred(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    q = queue(1000)
+    g = cluster.gpus_per_node
+    per_rack = min(len(n) for n in cluster.nodes_by_rack.values())
+    gpuq.submit(ns, "in-rack", q, per_rack, g, topology={"level": "rack", "mode": "Required"})
+    gpuq.submit(ns, "in-block", q, per_rack * 2, g, topology={"level": "block", "mode": "Required"})
+    gpuq.submit(ns, "too-wide", q, per_rack + 1, g, topology={"level": "rack", "mode": "Required"})
+    gpuq.submit(ns, "preferred", q, per_rack + 1, g)
+    labels = labels_of(cluster)
+    for job, level_label in (("in-rack", "gpuq.dev/rack"), ("in-block", "gpuq.dev/block")):
+        phase(gpuq, operator, ns, job, "Running")
+        domains = {labels[n][level_label] for n in running_nodes(gpuq, ns, job)}
+        assert len(domains) == 1, (job, domains)
+    phase(gpuq, operator, ns, "preferred", "Running")
+    assert len({labels[n]["gpuq.dev/block"] for n in running_nodes(gpuq, ns, "preferred")}) == 1
+    wide = gpuq.wait_status(ns, "too-wide", lambda s: bool(s.get("message")), 20, "too-wide explains itself")
+    assert wide["phase"] == "Queued" and gpuq.pods(ns, "too-wide") == []
+
+
+def test_cohort_borrowing_and_reclaim(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    """A queue borrows its cohort peer's idle quota; when the lender needs it back and the cluster
+    has no room left, the borrower is preempted (reclaimWithinCohort: Any)."""
+    g = cluster.gpus_per_node
+    cohort = f"c-{uuid.uuid4().hex[:6]}"
+    qa = queue(4 * g, cohort=cohort)
+    qb = queue(4 * g, cohort=cohort)
+    no_wait = {"requestOnPreemption": False}
+    gpuq.submit(ns, "borrower", qb, 6, g, checkpoint=no_wait)  # 6 nodes: 2 nodes' worth borrowed from qa
+    phase(gpuq, operator, ns, "borrower", "Running")
+    admitted = gpuq.condition(ns, "borrower", "Admitted")
+    assert admitted is not None and f"borrowing {2 * g} GPUs" in admitted["message"]
+    wait_for(
+        lambda: gpuq.queue(qb).get("status", {}).get("borrowedGPUs") == 2 * g, 20, "qb reports borrowing"
+    )
+    # Fill the rest of the cluster but two nodes from an unrelated queue, so reclaiming is needed.
+    filler = len(cluster.node_names) - 6 - 2
+    gpuq.submit(ns, "filler", queue(filler * g), filler, g)
+    phase(gpuq, operator, ns, "filler", "Running")
+    gpuq.submit(ns, "owner", qa, 4, g)  # qa wants its nominal back: needs 4 nodes, 2 are free
+    phase(gpuq, operator, ns, "owner", "Running", timeout=60)
+    b = phase(gpuq, operator, ns, "borrower", ("Preempted", "Queued"))
+    assert b["preemptions"] == 1 and b.get("restarts", 0) == 0
+    assert "Preempted" in {e.reason for e in gpuq.events(ns, "borrower")}
+    assert gpuq.status(ns, "filler")["phase"] == "Running"  # never a victim: not in the cohort
+
+
+def test_priority_preemption_with_checkpoint_request(
+    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    import json
+    import time
+
+    q = queue(16)
+    gpuq.submit(
+        ns, "low", q, 2, 8, priority=0, checkpoint={"requestOnPreemption": True, "gracePeriodSeconds": 120}
+    )
+    phase(gpuq, operator, ns, "low", "Running")
+    gpuq.submit(ns, "high", q, 2, 8, priority=100)
+    wait_for(
+        lambda: all(
+            meta.ANNOTATION_CHECKPOINT_REQUESTED in (p.metadata.annotations or {})
+            for p in gpuq.pods(ns, "low")
+        ),
+        30,
+        "checkpoint requested on the victim's pods",
+    )
+    requested = gpuq.condition(ns, "low", "PreemptionRequested")
+    assert requested is not None and requested["status"] == "True" and "high" in requested["message"]
+    report = {"step": 42, "path": "s3://ckpt/low/42", "time": time.time()}
+    started = time.monotonic()
+    gpuq.patch_job(ns, "low", {"metadata": {"annotations": {meta.ANNOTATION_CHECKPOINT: json.dumps(report)}}})
+    low = phase(gpuq, operator, ns, "low", ("Preempted", "Queued"), timeout=60)
+    assert time.monotonic() - started < 60  # evicted on the report, well inside the 120 s grace period
+    phase(gpuq, operator, ns, "high", "Running", timeout=60)
+    assert low["lastCheckpoint"]["step"] == 42 and low["preemptions"] == 1 and low.get("restarts", 0) == 0
+    assert {"CheckpointRequested", "Preempted"} <= {e.reason for e in gpuq.events(ns, "low")}
+    assert {"Preempting", "PreemptedVictim"} <= {e.reason for e in gpuq.events(ns, "high")}
+    # When the preemptor is gone the victim resumes from its checkpoint.
+    gpuq.delete_job(ns, "high")
+    st = phase(gpuq, operator, ns, "low", "Running", timeout=60)
+    assert st["attempt"] == 2
+    pod = next(p for p in gpuq.pods(ns, "low") if p.metadata.labels[meta.LABEL_ATTEMPT] == "2")
+    env = {e.name: e.value for e in pod.spec.containers[0].env}
+    assert env["GPUQ_RESUME_FROM"] == "s3://ckpt/low/42" and env["GPUQ_RESUME_STEP"] == "42"
+
+
+def test_completion_releases_quota_and_cleans_up(
+    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    q = queue(16)
+    gpuq.submit(ns, "short", q, 2, 8, annotations={SIM_DURATION: "2s"})
+    st = phase(gpuq, operator, ns, "short", "Succeeded", timeout=60)
+    assert st["finishedAt"] and "succeeded" in st["message"]
+    wait_for(lambda: gpuq.queue(q).get("status", {}).get("usedGPUs") == 0, 20, "quota released")
+    gpuq.submit(ns, "next", q, 2, 8)  # the whole quota is available again
+    phase(gpuq, operator, ns, "next", "Running")
+    gpuq.delete_job(ns, "short")
+    wait_for(lambda: not gpuq.pods(ns, "short"), 60, "pods of the deleted job gone")
+
+
+def test_failed_worker_restarts_the_gang_then_fails(
+    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    from gpuq.devcluster import SIM_FAIL_AFTER
+
+    q = queue(16)
+    gpuq.submit(ns, "flaky", q, 2, 8, maxRestarts=1, annotations={SIM_FAIL_AFTER: "2s"})
+    st = phase(gpuq, operator, ns, "flaky", "Failed", timeout=90)
+    assert st["restarts"] == 1 and st["attempt"] == 2
+    assert "no restarts left" in st["message"] and "failed" in st["message"]
+    reasons = [e.reason for e in gpuq.events(ns, "flaky")]
+    assert "WorkerFailed" in reasons and "Failed" in reasons
+    assert not [p for p in gpuq.pods(ns, "flaky") if p.status.phase in ("Pending", "Running")]
+    wait_for(lambda: gpuq.queue(q).get("status", {}).get("usedGPUs") == 0, 20, "quota released")
+
+
+def test_queue_edit_takes_effect(
+    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    q = queue(8)
+    gpuq.submit(ns, "big", q, 2, 8)
+    gpuq.wait_status(ns, "big", lambda s: s.get("queuePosition") == 1, 30, "big queued on quota")
+    gpuq.patch_queue(q, {"nominalGPUs": 16})
+    phase(gpuq, operator, ns, "big", "Running", timeout=30)
+
+
+def test_deleted_queue_leaves_jobs_queued_with_a_condition(
+    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    q = queue(8)
+    gpuq.submit(ns, "runs", q, 1, 8)
+    phase(gpuq, operator, ns, "runs", "Running")
+    gpuq.submit(ns, "waits", q, 1, 8)
+    gpuq.wait_status(ns, "waits", lambda s: s.get("queuePosition") == 1, 30, "waits queued")
+    gpuq.delete_queue(q)
+    cond = wait_for(lambda: gpuq.condition(ns, "waits", "Blocked"), 30, "Blocked condition")
+    assert cond["reason"] == "QueueNotFound" and q in cond["message"]
+    assert gpuq.status(ns, "waits")["phase"] == "Queued"
+    assert gpuq.status(ns, "runs")["phase"] == "Running"  # running work is not killed
+    assert all(p.status.phase == "Running" for p in gpuq.pods(ns, "runs"))
+    gpuq.create_queue(q, 16)
+    phase(gpuq, operator, ns, "waits", "Running", timeout=30)
+    assert gpuq.condition(ns, "waits", "Blocked") is None

@@ -106,3 +106,18 @@ def test_pods_of_deleted_jobs_are_orphans() -> None:
     for p in gang_pods("a", ["n1", "n2"]):
         cache.delete_pod(p)
     assert cache.orphans() == [] and cache.deleted_job_uids == set()
+
+
+def test_a_late_write_response_does_not_resurrect_a_deleted_pod() -> None:
+    """Our DELETE's response (pod with deletionTimestamp) may arrive after the DELETED event."""
+    cache, _ = counting_cache()
+    body = gang_pods("a", ["n1"])[0]
+    cache.upsert_pod(body)
+    response = copy.deepcopy(body)
+    response["metadata"]["deletionTimestamp"] = "2023-11-14T22:20:00Z"
+    response["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+    gone = copy.deepcopy(response)
+    gone["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 2)
+    cache.delete_pod(gone)
+    cache.upsert_pod(response)
+    assert cache.pods == {}

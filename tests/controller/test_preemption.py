@@ -18,7 +18,7 @@ def test_evicts_after_a_newer_checkpoint_or_at_the_deadline() -> None:
     assert not tr.due(ev, ck(1, 50), now=120)  # same checkpoint as before
     assert tr.due(ev, ck(2, 110), now=120)  # a newer one
     assert tr.due(ev, ck(1, 50), now=160)  # grace over
-    assert tr.next_deadline() == 160 and tr.preempting_for("ns/p")
+    assert tr.next_deadline() == 160
 
 
 def test_first_checkpoint_counts_when_there_was_none() -> None:
@@ -34,4 +34,4 @@ def test_evicted_victims_are_not_due_again_and_leave_no_deadline() -> None:
     assert not tr.due(ev, None, now=100) and tr.next_deadline() is None
     assert "ns/v" in tr
     tr.finish("ns/v")
-    assert "ns/v" not in tr and not tr.preempting_for("ns/p")
+    assert "ns/v" not in tr

@@ -8,6 +8,7 @@ cycle already counts its GPUs (Kueue's assume/forget).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ from gpuq.controller.objects import (
     parse_pod,
     parse_queue,
 )
+
+TOMBSTONES = 100_000  # remembered deletions (uids); far more than can race in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,9 @@ class ClusterCache:
         self._pods_by_job: dict[str, set[str]] = {}
         self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
         self._uid: dict[tuple[str, str], str] = {}
+        # uids of deleted objects: the response to our own write can arrive after the DELETED event
+        # and must not bring the object back (a ghost pod would hold its node forever).
+        self._tombstones: OrderedDict[str, None] = OrderedDict()
         self.on_change = on_change
         self.changes = 0  # bumped on every change that matters to scheduling
 
@@ -67,6 +73,8 @@ class ClusterCache:
     def _accept(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
         md = _meta(body)
         rv, uid = md.get("resourceVersion"), md.get("uid")
+        if uid is not None and uid in self._tombstones:
+            return False
         if (
             uid is not None
             and self._uid.get((kind, key)) == uid
@@ -86,6 +94,10 @@ class ClusterCache:
             return False
         self._rv.pop((kind, key), None)
         self._uid.pop((kind, key), None)
+        if uid is not None:
+            self._tombstones[uid] = None
+            while len(self._tombstones) > TOMBSTONES:
+                self._tombstones.popitem(last=False)
         return True
 
     def _changed(self) -> None:

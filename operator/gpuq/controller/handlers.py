@@ -13,6 +13,9 @@ import kopf
 
 from gpuq.api import meta
 from gpuq.controller.cache import ClusterCache
+from gpuq.logs import get_logger
+
+log = get_logger("gpuq.handlers")
 
 Upsert = Callable[[Mapping[str, Any]], None]
 
@@ -22,6 +25,14 @@ def _dispatch(upsert: Upsert, delete: Upsert) -> Callable[..., None]:
         body = event.get("object")
         if not isinstance(body, Mapping):
             return
+        md = body.get("metadata") or {}
+        log.debug(
+            "watch event",
+            type=event.get("type"),
+            kind=body.get("kind"),
+            name=md.get("name"),
+            rv=md.get("resourceVersion"),
+        )
         if event.get("type") == "DELETED":
             delete(body)
         else:

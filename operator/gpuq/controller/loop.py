@@ -114,6 +114,15 @@ class SchedulingLoop:
         t0 = time.perf_counter()
         decisions = self.schedule(view.snapshot, now, self.config)
         self.metrics.schedule.observe(time.perf_counter() - t0)
+        log.debug(
+            "cycle",
+            jobs=len(view.snapshot.jobs),
+            running=sorted(j.key for j in view.snapshot.jobs if j.running),
+            admit=[a.job for a in decisions.admit],
+            preempt=[p.victim for p in decisions.preempt],
+            restart=[r.job for r in decisions.restart],
+            busy=len(self.writer.busy),
+        )
         self._apply(decisions, view, now, failed)
         self._publish_queues(decisions, view)
         self.wake_at(
@@ -167,11 +176,6 @@ class SchedulingLoop:
             if victim.status.phase not in PLACED_PHASES:
                 self.tracker.finish(ev.victim)
                 continue
-            preemptor = self.cache.jobs.get(ev.for_job)
-            if preemptor is None or preemptor.status.phase in (*PLACED_PHASES, Phase.SUCCEEDED, Phase.FAILED):
-                self.tracker.finish(ev.victim)
-                self.writer.submit(ev.victim, partial(self._cancel_checkpoint_request, victim))
-                continue
             latest = newer(victim.status.last_checkpoint, victim.checkpoint)
             for p in live:
                 latest = newer(latest, p.checkpoint)
@@ -216,15 +220,6 @@ class SchedulingLoop:
         await self._event_on(
             ev.for_job, st.normal("Preempting", f"asked {victim.key} to checkpoint before preempting it")
         )
-
-    async def _cancel_checkpoint_request(self, victim: JobEntry) -> None:
-        live = [
-            p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and p.checkpoint_requested
-        ]
-        await self.writer.annotate_pods(live, {meta.ANNOTATION_CHECKPOINT_REQUESTED: None})
-        if st.condition(victim.status.conditions, st.PREEMPTION_REQUESTED) is not None:
-            conds = st.without_condition(victim.status.conditions, st.PREEMPTION_REQUESTED)
-            await self.writer.patch_job_status(victim, st.patch(victim.status, conditions=conds))
 
     async def _evict(self, victim: JobEntry, ev: Eviction, now: float, failed: frozenset[str]) -> None:
         msg = f"preempted by {ev.for_job}: {ev.reason}"

@@ -3,8 +3,9 @@ the victim may finally be evicted (pure bookkeeping: time is an argument, no I/O
 
 A victim whose job asks for it (checkpoint.requestOnPreemption) gets the checkpoint-requested
 annotation and up to gracePeriodSeconds to report a newer checkpoint; the scheduling loop keeps
-running meanwhile and wakes up at the deadline. The preemptor waits until its victims' pods are
-gone, and asks for no further victims while some are still leaving.
+running meanwhile and wakes up at the deadline. A decided preemption is carried through even if
+the preemptor finds room elsewhere meanwhile: the core released the victim's quota when it chose it
+(the victim is `evicting`), so keeping the victim would leave its queue over quota.
 """
 
 from __future__ import annotations
@@ -37,10 +38,6 @@ class PreemptionTracker:
 
     def all(self) -> list[Eviction]:
         return list(self._by_victim.values())
-
-    def preempting_for(self, preemptor: str) -> bool:
-        """The preemptor already has victims on their way out: ask for no more."""
-        return any(e.for_job == preemptor for e in self._by_victim.values())
 
     def start(
         self,

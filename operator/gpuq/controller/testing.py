@@ -67,7 +67,9 @@ class OperatorProcess:
         log_path: Path,
         config_path: Path | None = None,
         extra_args: tuple[str, ...] = (),
+        log_level: str = "INFO",
     ) -> None:
+        self.log_level = log_level
         self.kubeconfig = kubeconfig
         self.log_path = log_path
         self.config_path = config_path
@@ -75,7 +77,8 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        args = [sys.executable, "-m", "gpuq.cli", "operator", "run", "--metrics-port", "0"]
+        args = [sys.executable, "-m", "gpuq.cli", "--log-level", self.log_level, "operator", "run"]
+        args += ["--metrics-port", "0"]
         args += ["--kubeconfig", str(self.kubeconfig), *self.extra_args]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
