@@ -145,3 +145,17 @@ def test_preemption_respects_required_topology_of_the_preemptor() -> None:
     d = run(snap(nodes, [queue()], [*jobs, job("ns/high", replicas=2, gpus=8, priority=5, level="rack")]))
     assert victims(d) == {"ns/r0a", "ns/r0b"}
     assert admitted(d) == {}
+
+
+def test_preemption_search_budget_defers_later_preemptors() -> None:
+    from gpuq.core import SchedulerConfig
+
+    low = [job(f"ns/low{i}", gpus=8, on=[f"n000{i}"]) for i in range(2)]
+    high = [job(f"ns/high{i}", gpus=8, priority=5, created=900 + i) for i in range(2)]
+    d = run(
+        snap(TWO_NODES, [queue()], [*low, *high]), config=SchedulerConfig(max_preemption_searches_per_cycle=1)
+    )
+    assert len(d.preempt) == 1
+    assert pending(d)["ns/high1"].endswith(
+        "preemption search deferred to the next cycle (per-cycle budget used)"
+    )

@@ -44,5 +44,8 @@ class SchedulerConfig:
     starvation_seconds: float = 300.0
     # Upper bound of admissions per cycle (keeps one cycle's write burst bounded).
     max_admissions_per_cycle: int = 10_000
+    # Upper bound of preemption searches per cycle (each simulates evictions; keeps a cycle's latency
+    # bounded when many high-priority jobs arrive at once). Later preemptors retry next cycle.
+    max_preemption_searches_per_cycle: int = 16
     gpu_model_label: str = "nvidia.com/gpu.product"
     extender_port: int = 8888

@@ -102,6 +102,7 @@ class ClusterIndex:
         self.jobs: dict[str, Job] = {}
         self.demand: dict[str, Demand] = {}
         self.job_nodes: dict[str, tuple[tuple[int, int], ...]] = {}  # running: (node, ranks there)
+        self.job_models: dict[str, tuple[tuple[str, int], ...]] = {}  # running: GPUs per GPU model
         self.orphans: dict[str, tuple[str, ...]] = {}  # running job -> its node names not in the snapshot
         self.on_node: dict[int, set[str]] = {}
         self.running_by_queue: dict[str, set[str]] = {}
@@ -159,12 +160,12 @@ class ClusterIndex:
     def _build_pools(self) -> None:
         N = len(self.nodes)
         open_nodes = [i for i in range(N) if self._open(i)]
-        self.open_all = Pool(self.tree, self.width, N, open_nodes, self.free_gpu, None, "open")
+        self.open_all = Pool(self.tree, self.width, N, open_nodes, self.free_gpu, self.cap_gpu, None, "open")
         by_model: dict[str, list[int]] = {m: [] for m in self.models}
         for i in open_nodes:
             by_model[self.model[i]].append(i)
         self.open_by_model = {
-            m: Pool(self.tree, self.width, N, members, self.free_gpu, m, f"open:{m}")
+            m: Pool(self.tree, self.width, N, members, self.free_gpu, self.cap_gpu, m, f"open:{m}")
             for m, members in sorted(by_model.items())
         }
         self.soft_tainted = sum(
@@ -206,10 +207,12 @@ class ClusterIndex:
         for i, k in placed:
             self.on_node.setdefault(i, set()).add(key)
             self._use(i, d, k)
+        models = self._models_of(placed, d)
+        self.job_models[key] = models
         if job.evicting:
             self.evicting.add(key)
         else:
-            self._count_usage(job.queue, len(job.running.placement) * d.gpus, self._models_of(placed, d))
+            self._count_usage(job.queue, len(job.running.placement) * d.gpus, models)
 
     def _remove_job(self, key: str) -> None:
         job = self.jobs.pop(key)
@@ -225,11 +228,13 @@ class ClusterIndex:
         for i, k in placed:
             self.on_node[i].discard(key)
             self._use(i, d, -k)
+        models = self.job_models.pop(key)
         if key in self.evicting:
             self.evicting.discard(key)
         else:
-            models = tuple((m, -g) for m, g in self._models_of(placed, d))
-            self._count_usage(job.queue, -len(job.running.placement) * d.gpus, models)
+            self._count_usage(
+                job.queue, -len(job.running.placement) * d.gpus, tuple((m, -g) for m, g in models)
+            )
 
     def _models_of(self, placed: tuple[tuple[int, int], ...], d: Demand) -> tuple[tuple[str, int], ...]:
         out: dict[str, int] = {}
@@ -324,7 +329,7 @@ class ClusterIndex:
         if was_open:
             for pool in self.pools():
                 if pool.member[i]:
-                    pool.remove(i, old_free)
+                    pool.remove(i, old_free, self.cap_gpu[i])
         static_changed = (
             old.labels != nd.labels
             or old.taints != nd.taints
@@ -342,8 +347,8 @@ class ClusterIndex:
             self.static_version += 1
             self.eligibility_cache.clear()
         if self._open(i):
-            self.open_all.add(i, self.free_gpu[i])
-            self.open_by_model[self.model[i]].add(i, self.free_gpu[i])
+            self.open_all.add(i, self.free_gpu[i], self.cap_gpu[i])
+            self.open_by_model[self.model[i]].add(i, self.free_gpu[i], self.cap_gpu[i])
 
     def _soft(self, i: int) -> int:
         nd = self.nodes[i]

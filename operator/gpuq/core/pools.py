@@ -14,7 +14,7 @@ from gpuq.core.topology import DomainTree
 
 
 class Pool:
-    __slots__ = ("free_sum", "hist", "member", "model", "name", "size", "tree", "width")
+    __slots__ = ("cap_sum", "free_sum", "hist", "member", "model", "name", "size", "tree", "width")
 
     def __init__(
         self,
@@ -23,6 +23,7 @@ class Pool:
         n_nodes: int,
         members: Iterable[int],
         free_gpu: Sequence[int],
+        capacity: Sequence[int],
         model: str | None,
         name: str,
     ) -> None:
@@ -33,15 +34,16 @@ class Pool:
         self.member = bytearray(n_nodes)
         self.hist = [0] * (tree.n_domains * width)
         self.free_sum = [0] * tree.n_domains
+        self.cap_sum = [0] * tree.n_domains  # GPU capacity of member nodes per domain (static)
         self.size = 0
         for n in members:
-            self.add(n, free_gpu[n])
+            self.add(n, free_gpu[n], capacity[n])
 
     def copy(self) -> Pool:
         """A copy whose counts can change independently (membership is shared: it never changes)."""
         clone = Pool.__new__(Pool)
         clone.tree, clone.width, clone.model, clone.name = self.tree, self.width, self.model, self.name
-        clone.member, clone.size = self.member, self.size
+        clone.member, clone.size, clone.cap_sum = self.member, self.size, self.cap_sum
         clone.hist = self.hist.copy()
         clone.free_sum = self.free_sum.copy()
         return clone
@@ -52,23 +54,21 @@ class Pool:
     def _clamp(self, v: int) -> int:
         return 0 if v < 0 else (v if v < self.width else self.width - 1)
 
-    def add(self, n: int, free: int) -> None:
-        self.member[n] = 1
-        self.size += 1
-        v = self._clamp(free)
-        w, h, fs = self.width, self.hist, self.free_sum
-        for a in self.tree.ancestors[n]:
-            h[a * w + v] += 1
-            fs[a] += v
+    def add(self, n: int, free: int, cap: int) -> None:
+        self._count(n, free, cap, 1)
 
-    def remove(self, n: int, free: int) -> None:
-        self.member[n] = 0
-        self.size -= 1
+    def remove(self, n: int, free: int, cap: int) -> None:
+        self._count(n, free, cap, -1)
+
+    def _count(self, n: int, free: int, cap: int, sign: int) -> None:
+        self.member[n] = 1 if sign > 0 else 0
+        self.size += sign
         v = self._clamp(free)
-        w, h, fs = self.width, self.hist, self.free_sum
+        w, h, fs, cs = self.width, self.hist, self.free_sum, self.cap_sum
         for a in self.tree.ancestors[n]:
-            h[a * w + v] -= 1
-            fs[a] -= v
+            h[a * w + v] += sign
+            fs[a] += sign * v
+            cs[a] += sign * cap
 
     def move(self, n: int, old: int, new: int) -> None:
         """Node n's free GPUs changed from old to new (caller checked membership)."""

@@ -98,6 +98,8 @@ class _Cycle:
         self.admitted = 0
         self.reserved: list[str] = []  # starving jobs holding a reservation this cycle
         self._admitted_keys: set[str] = set()
+        self.searches = 0  # preemption searches run this cycle
+        self.deferred: set[str] = set()  # jobs whose preemption search the budget deferred
 
     # ---- driver ---------------------------------------------------------------------------------
 
@@ -343,6 +345,10 @@ class _Cycle:
         memo_key = (q.name, job.priority, d, req, quota_gpus, tuple(id(p) for p in tiers[-1]))
         if self.preempt_fail.get(memo_key) == st.gives:
             return _Outcome.FAILED
+        if self.searches >= self.cfg.max_preemption_searches_per_cycle:
+            self.deferred.add(job.key)
+            return _Outcome.FAILED
+        self.searches += 1
         cands = preemption.allowed_victims(self.ix, book, job, q, quota_gpus, self.now, self.unavailable)
         plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
         if plan is None:
@@ -473,6 +479,8 @@ class _Cycle:
         self._admitted_keys.add(job.key)
 
     def _pend(self, job: Job, reason: str, code: str, nominated: tuple[str, ...] = ()) -> None:
+        if job.key in self.deferred:
+            reason += "; preemption search deferred to the next cycle (per-cycle budget used)"
         self.pending[job.key] = (reason, code, nominated)
 
     # ---- output ---------------------------------------------------------------------------------

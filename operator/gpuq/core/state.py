@@ -115,7 +115,10 @@ class CycleState:
     def _dyn_pool(self, key: Hashable, members: Sequence[int], model: str | None, name: str) -> Pool:
         pool = self.dyn_pools.get(key)
         if pool is None:
-            pool = Pool(self.tree, self.ix.width, len(self.free_gpu), members, self.free_gpu, model, name)
+            ix = self.ix
+            pool = Pool(
+                self.tree, ix.width, len(self.free_gpu), members, self.free_gpu, ix.cap_gpu, model, name
+            )
             self.dyn_pools[key] = pool
             self.live_pools.append(pool)
         return pool
