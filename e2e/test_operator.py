@@ -308,3 +308,89 @@ def test_deleted_queue_leaves_jobs_queued_with_a_condition(
     gpuq.create_queue(q, 16)
     phase(gpuq, operator, ns, "waits", "Running", timeout=30)
     assert gpuq.condition(ns, "waits", "Blocked") is None
+
+
+def api_rejects(gpuq: GpuqClient, ns: str, body: dict[str, Any]) -> str:
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as err:
+        gpuq.create_job(ns, body)
+    assert err.value.status == 422
+    return str(err.value.body)
+
+
+def test_invalid_objects_are_rejected_or_explained(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    q = queue(64)
+    # The schema and its CEL rules refuse what they can see.
+    assert "replicas" in api_rejects(gpuq, ns, gpuq.job_body("zero", q, 0, 8))
+    assert "mode Required needs a level" in api_rejects(
+        gpuq, ns, gpuq.job_body("nolevel", q, 1, 8, topology={"mode": "Required"})
+    )
+    assert "DNS-1035" in api_rejects(gpuq, ns, gpuq.job_body("9lives", q, 1, 8))
+    # The operator explains what only it can see, and keeps running.
+    locked = queue(64, namespaceSelector={"matchLabels": {"team": "nobody"}})
+    gpuq.submit(ns, "orphan", "no-such-queue", 1, 8)
+    gpuq.submit(ns, "outsider", locked, 1, 8)
+    gpuq.submit(ns, "badlevel", q, 1, 8, topology={"level": "pod", "mode": "Required"})
+    gpuq.submit(ns, "huge", q, len(cluster.node_names) + 1, cluster.gpus_per_node)
+    bad_template = gpuq.job_body("notemplate", q, 1, 8)
+    bad_template["spec"]["workers"]["template"] = {"spec": {"containers": []}}
+    gpuq.create_job(ns, bad_template)
+    expected = {
+        "orphan": ("QueueNotFound", "no-such-queue"),
+        "outsider": ("NamespaceNotAllowed", "team=nobody"),
+        "badlevel": ("UnknownTopologyLevel", "'pod'"),
+        "huge": ("Unschedulable", "GPUs"),
+        "notemplate": ("InvalidPodTemplate", "containers"),
+    }
+    for job, (reason, fragment) in expected.items():
+        cond = wait_for(lambda job=job: gpuq.condition(ns, job, "Blocked"), 30, f"{job} Blocked")
+        assert cond["reason"] == reason and fragment in cond["message"], (job, cond)
+        assert gpuq.status(ns, job)["phase"] == "Queued" and not gpuq.pods(ns, job)
+        assert reason in {e.reason for e in gpuq.events(ns, job) if e.type == "Warning"}
+    # Fixing the cause unblocks the job.
+    gpuq.create_queue("no-such-queue", 8)
+    try:
+        phase(gpuq, operator, ns, "orphan", "Running", timeout=30)
+    finally:
+        gpuq.delete_queue("no-such-queue")
+    # The gang is frozen once admitted.
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as err:
+        gpuq.patch_job(ns, "orphan", {"spec": {"workers": {"replicas": 3}}})
+    assert err.value.status == 422 and "immutable" in str(err.value.body)
+    assert operator.alive
+
+
+def test_node_failure_restarts_the_gang_elsewhere_from_its_checkpoint(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    import json
+    import time
+
+    if not cluster.can_fail_nodes:
+        pytest.skip("backend cannot fail nodes")
+    q = queue(64)
+    report = json.dumps({"step": 7, "path": "s3://ckpt/ft/7", "time": time.time()})
+    body = gpuq.job_body("ft", q, 2, cluster.gpus_per_node)
+    body["metadata"]["annotations"] = {meta.ANNOTATION_CHECKPOINT: report}
+    gpuq.create_job(ns, body)
+    first = phase(gpuq, operator, ns, "ft", "Running")
+    victim = first["placement"][0]["node"]
+    cluster.fail_node(victim)
+    try:
+        st = gpuq.wait_status(
+            ns, "ft", lambda s: s.get("phase") == "Running" and s.get("attempt") == 2, 60, "ft running again"
+        )
+        assert victim not in {p["node"] for p in st["placement"]}
+        assert st["restarts"] == 1 and victim in st["failedNodes"]
+        pods = [p for p in gpuq.pods(ns, "ft") if p.metadata.labels[meta.LABEL_ATTEMPT] == "2"]
+        assert len(pods) == 2
+        env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+        assert env["GPUQ_RESUME_FROM"] == "s3://ckpt/ft/7" and env["GPUQ_RESTART_COUNT"] == "1"
+        assert "NodeFailed" in {e.reason for e in gpuq.events(ns, "ft")}
+    finally:
+        cluster.recover_node(victim)
