@@ -16,6 +16,7 @@ SUBSYSTEMS: tuple[str, ...] = (
     "gpuq.devcluster.cli",
     "gpuq.controller.cli",
     "gpuq.sim.cli",
+    "gpuq.demo.cli",
 )
 
 
