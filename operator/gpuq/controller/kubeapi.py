@@ -53,7 +53,8 @@ class Credentials:
     def authorization(self) -> str | None:
         if self.config is None:
             return None
-        token: str | None = self.config.get_api_key_with_prefix("authorization")
+        # The official client stores it as BearerToken (newer) or authorization (older releases).
+        token: str | None = self.config.get_api_key_with_prefix("BearerToken", alias="authorization")
         return token
 
 

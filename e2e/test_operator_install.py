@@ -1,0 +1,100 @@
+"""`kubectl apply -k manifests/` installs gpuq, and the operator does its whole job with nothing but
+the ServiceAccount's least-privilege RBAC (a Forbidden anywhere fails the test)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+import test_operator as shared
+from gpuq.controller.testing import GpuqClient, OperatorProcess
+from gpuq.devcluster.testing import E2ECluster, wait_for
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[1]
+gpuq = shared.gpuq
+ns = shared.ns
+queue = shared.queue
+phase = shared.phase
+
+
+def kubectl(cluster: E2ECluster) -> str:
+    if cluster.backend == "local":
+        from gpuq.devcluster.binaries import bin_dir
+
+        return str(bin_dir() / "kubectl")
+    found = shutil.which("kubectl")
+    if found is None:
+        pytest.skip("kubectl not on PATH")
+    return found
+
+
+def service_account_kubeconfig(cluster: E2ECluster, path: Path) -> Path:
+    """A kubeconfig that authenticates as system:serviceaccount:gpuq-system:gpuq-operator."""
+    request = k8s.AuthenticationV1TokenRequest(
+        spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    token = cluster.core.create_namespaced_service_account_token(
+        "gpuq-operator", "gpuq-system", request
+    ).status.token
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    current = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == current["cluster"])
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [server],
+        "users": [{"name": "gpuq-operator", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": server["name"], "user": "gpuq-operator"}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    work = tmp_path_factory.mktemp("operator-install")
+    subprocess.run(
+        [kubectl(cluster), "apply", "-k", str(ROOT / "manifests")],
+        check=True,
+        capture_output=True,
+        env={"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"},
+    )
+    # The in-cluster Deployment cannot run here (no image); run the same command as its ServiceAccount.
+    kubeconfig = service_account_kubeconfig(cluster, work / "sa.kubeconfig")
+    op = OperatorProcess(kubeconfig, work / "operator.log", log_level="DEBUG").start()
+    yield op
+    op.stop()
+    print(f"operator log: {op.log_path}")
+
+
+def test_operator_works_with_the_installed_rbac_only(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: shared.Callable[..., str],
+) -> None:
+    q = queue(16)
+    gpuq.submit(ns, "low", q, 2, 8, checkpoint={"requestOnPreemption": True, "gracePeriodSeconds": 2})
+    phase(gpuq, operator, ns, "low", "Running")  # status, pods, bindings, Service, Events
+    assert gpuq.core.read_namespaced_service("low", ns)
+    gpuq.submit(ns, "high", q, 2, 8, priority=10)  # preemption: annotate and delete pods
+    phase(gpuq, operator, ns, "high", "Running")
+    low = phase(gpuq, operator, ns, "low", ("Preempted", "Queued"))
+    assert low["preemptions"] == 1
+    wait_for(lambda: gpuq.queue(q).get("status", {}).get("usedGPUs") == 16, 20, "queue status written")
+    gpuq.delete_job(ns, "high")
+    phase(gpuq, operator, ns, "low", "Running")
+    log = operator.log_path.read_text()
+    assert "Forbidden" not in log and '"403' not in log and "403 " not in log, operator.log_tail()
+    assert '"no scheduler config map' not in log  # read ConfigMap gpuq-scheduler-config via its Role
+    assert {"CheckpointRequested", "Preempted"} <= {e.reason for e in gpuq.events(ns, "low")}
