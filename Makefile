@@ -42,5 +42,10 @@ cluster-up: venv binaries
 cluster-down: venv
 	$(BIN)/gpuq cluster down
 
+# The README's main command: local cluster + operator + a scripted scenario in a live table (~2 min),
+# then everything is stopped. Options: make demo DEMO_ARGS="--no-live --speed 2" (or --keep).
+demo: venv binaries
+	$(BIN)/gpuq demo $(DEMO_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -247,6 +247,7 @@ def run_demo(opts: Options, console: Console) -> int:
     work = work_dir(opts.name)
     _log_to(work / "demo.log")
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored (`cmd &`)
     try:
         dev = _start_cluster(opts, console)
     except AlreadyRunning:
