@@ -1,0 +1,84 @@
+"""A scheduling policy as the simulator sees it: the core's signature, plus how it preempts.
+
+`gpuq` is the real `gpuq.core.schedule`; the baselines live in gpuq.sim.baselines and return the
+same `Decisions`. One convention is specific to the simulator: a pod-at-a-time policy
+(kube-default) may hold a partial gang, which appears in the snapshot as `Job.running` with fewer
+ranks than `workers.replicas`, and may return `Admit` with a partial placement (the ranks bound so
+far, old and new). Gang policies always return whole placements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.decisions import Decisions
+from gpuq.core.model import Job, Node, Snapshot
+
+
+@dataclass(slots=True)
+class Delta:
+    """What changed since the snapshot of the previous call (lets a policy keep an index)."""
+
+    jobs: dict[str, Job] = field(default_factory=dict)  # added or changed
+    removed_jobs: set[str] = field(default_factory=set)
+    nodes: dict[str, Node] = field(default_factory=dict)
+
+    def clear(self) -> None:
+        self.jobs.clear()
+        self.removed_jobs.clear()
+        self.nodes.clear()
+
+
+class Policy(Protocol):
+    name: str
+    # True if a victim is asked to checkpoint before it is evicted (no work lost on preemption).
+    checkpoint_on_preempt: bool
+
+    def schedule(
+        self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta
+    ) -> Decisions: ...
+
+
+class GpuqPolicy:
+    """The real scheduling core; nothing of its logic is copied here. It keeps the core's
+    `ClusterIndex` between cycles and feeds it the deltas (decisions are identical, only faster)."""
+
+    name = "gpuq"
+    checkpoint_on_preempt = True
+
+    def __init__(self, use_index: bool = True) -> None:
+        self.use_index = use_index
+        self.index: Any = None
+
+    def schedule(self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta) -> Decisions:
+        from gpuq.core import ClusterIndex, schedule  # late: the core may be absent in a partial build
+
+        if not self.use_index:
+            return schedule(snapshot, now, config)
+        if self.index is None:
+            self.index = ClusterIndex(snapshot, config)
+        else:
+            self.index.apply(
+                snapshot,
+                nodes=delta.nodes.values(),
+                jobs=(job for key, job in delta.jobs.items() if key not in delta.removed_jobs),
+                removed_jobs=delta.removed_jobs,
+            )
+        return schedule(snapshot, now, config, index=self.index)
+
+
+def make_policy(name: str, seed: int = 0) -> Policy:
+    from gpuq.sim.baselines import GangBinpack, KubeDefault
+
+    if name == "gpuq":
+        return GpuqPolicy()
+    if name == "kube-default":
+        return KubeDefault(seed)
+    if name == "gang-binpack":
+        return GangBinpack()
+    raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")
+
+
+POLICIES = ("gpuq", "kube-default", "gang-binpack")
