@@ -119,10 +119,13 @@ def stop(rec: ProcessRecord, grace: float = 5.0) -> None:
         return
     steps = ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)) if grace > 0 else ((signal.SIGKILL, 5.0),)
     for sig, wait in steps:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        # One signal per step: the group when the process leads one, else the process alone
+        # (a second SIGTERM makes some programs, kopf among them, abort their graceful shutdown).
+        try:
             os.killpg(rec.pid, sig)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(rec.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(rec.pid, sig)
         if wait_until(lambda: not alive(rec), wait):
             return
 
