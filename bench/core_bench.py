@@ -66,7 +66,9 @@ def build_nodes(n: int) -> list[Node]:
 
 
 def build_queues(n_nodes: int) -> tuple[Queue, ...]:
-    return tuple(Queue(f"team-{i:02d}", n_nodes * 8 // QUEUES, cohort="all") for i in range(QUEUES))
+    """Nominal quotas that add up to the cluster exactly (so a full cluster is within quota)."""
+    share, extra = divmod(n_nodes * 8, QUEUES)
+    return tuple(Queue(f"team-{i:02d}", share + (i < extra), cohort="all") for i in range(QUEUES))
 
 
 class Workload:

@@ -56,6 +56,7 @@ class ClusterIndex:
 
     def _build(self, snapshot: Snapshot) -> None:
         self.rebuilds += 1
+        self._pools_ready = False  # _use() keeps pools current only once they exist
         self.snapshot = snapshot
         self.topology = snapshot.topology
         L = len(snapshot.topology.levels)
@@ -117,6 +118,7 @@ class ClusterIndex:
         for i in range(N):
             self._refresh_free(i)
         self._build_pools()
+        self._pools_ready = True
 
     def _load_static(self, i: int, nd: Node) -> None:
         gpus = nd.allocatable.gpus if nd.healthy_gpus is None else min(nd.allocatable.gpus, nd.healthy_gpus)
@@ -259,7 +261,7 @@ class ClusterIndex:
         self.used_mem[i] += d.mem * k
         if d.extra:
             self.used_extra[i] = _add_extra(self.used_extra[i], d.extra, k)
-        if hasattr(self, "open_all"):
+        if self._pools_ready:
             old = self.free_gpu[i]
             self._refresh_free(i)
             self._move_in_pools(i, old, self.free_gpu[i])

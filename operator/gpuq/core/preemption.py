@@ -21,8 +21,7 @@ verified set by (highest victim priority, GPU-seconds lost, number of victims) w
 from __future__ import annotations
 
 import bisect
-import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -35,6 +34,7 @@ from gpuq.core.quota import QuotaBook
 from gpuq.core.state import CycleState
 
 VERIFY_BATCH = 8  # estimated-cheapest candidate domains verified per depth before taking the best
+MAX_ESTIMATES = 2048  # domains estimated per depth at most, in lower-bound order (bounds the search)
 Cost = tuple[float, float, int]
 
 
@@ -153,6 +153,9 @@ class _Search:
         self.weights = weights
         self.cands = cands
         self.quota_short = 0
+        self.quota_set: list[int] = []
+        self.min_rate = 0.0  # smallest GPU-seconds lost per GPU among paying candidates
+        self.max_gpus = 0  # largest candidate, in GPUs
 
     # -- statement helpers --
 
@@ -180,11 +183,11 @@ class _Search:
 
     # -- estimate --
 
-    def estimate(
-        self, pool: Pool, dom: int, node: int, bucket: list[int], own: list[int]
-    ) -> list[int] | None:
+    def estimate(self, pool: Pool, dom: int, node: int, bucket: list[int]) -> list[int] | None:
         """Greedy victims (indices into cands) for the domain, or None if even all of them do not do.
-        node >= 0: the target is that single node (domain = its rack)."""
+        node >= 0: the target is that single node (domain = its rack). The domain's candidates are
+        taken in cost order until the gang's GPU slots suffice; if the job's own queue is short of
+        quota, the queue's cheapest own victims (`quota_set`) are added (verification prunes extras)."""
         st, tree, req = self.st, self.st.tree, self.req
         g, R = req.demand.gpus, req.replicas
         if not g:
@@ -193,42 +196,42 @@ class _Search:
             slots = max(st.free_gpu[node], 0) // g if pool.member[node] and node not in req.exclude else 0
         else:
             slots = pool.slots(dom, g, R)
-        in_dom = set(bucket)
-        rel: dict[int, int] = {}
-        released_from: dict[str, int] = {}
-        released_q = 0
-        need_q = self.quota_short > 0
-        order: Iterable[int] = heapq.merge(bucket, own) if need_q else bucket
         chosen: list[int] = []
-        last = -1
-        for ci in order:
-            if ci == last:
-                continue
-            last = ci
-            v = self.cands[ci]
-            mine = ci in in_dom
-            helps_slots = slots < R and mine
-            helps_quota = need_q and v.queue == self.q.name and not v.evicting
-            if not (helps_slots or helps_quota or (v.evicting and mine)):
-                continue
-            if not self._still_allowed(v, released_from):
-                continue
-            chosen.append(ci)
-            if mine and g:
+        if slots < R:
+            rel: dict[int, int] = {}
+            released_from: dict[str, int] = {}
+            for ci in bucket:
+                v = self.cands[ci]
+                if not self._still_allowed(v, released_from):
+                    continue
+                chosen.append(ci)
                 for n, k in v.assign:
                     inside = n == node if node >= 0 else tree.contains(dom, n)
                     if inside and pool.member[n] and n not in req.exclude:
                         before = max(st.free_gpu[n] + rel.get(n, 0), 0) // g
                         rel[n] = rel.get(n, 0) + k * v.demand.gpus
                         slots += max(st.free_gpu[n] + rel[n], 0) // g - before
-            if not v.evicting:
-                released_from[v.queue] = released_from.get(v.queue, 0) + v.gpus
-                if v.queue == self.q.name:
-                    released_q += v.gpus
-                    need_q = released_q < self.quota_short
-            if slots >= R and not need_q:
-                return chosen
-        return None
+                if not v.evicting:
+                    released_from[v.queue] = released_from.get(v.queue, 0) + v.gpus
+                if slots >= R:
+                    break
+            if slots < R:
+                return None
+        if self.quota_short:
+            taken = set(chosen)
+            chosen.extend(ci for ci in self.quota_set if ci not in taken)
+        return chosen
+
+    def _quota_victims(self, own: list[int]) -> list[int] | None:
+        """The queue's cheapest own victims whose GPUs cover its quota shortfall (None: they cannot)."""
+        out: list[int] = []
+        released = 0
+        for ci in own:
+            if released >= self.quota_short:
+                break
+            out.append(ci)
+            released += self.cands[ci].gpus
+        return out if released >= self.quota_short else None
 
     # -- verification --
 
@@ -271,17 +274,23 @@ class _Search:
     def _buckets(self, t: int) -> dict[int, list[int]]:
         """Candidate indices per domain at depth t (per node at the node depth), in cost order."""
         tree, within = self.st.tree, self.req.within
-        L = tree.node_depth
+        anc, L = tree.ancestors, tree.node_depth
+        everywhere = within == 0
         buckets: dict[int, list[int]] = {}
         for ci, v in enumerate(self.cands):
+            assign = v.assign
+            if len(assign) == 1:  # most victims sit on one node
+                n = assign[0][0]
+                if everywhere or tree.contains(within, n):
+                    buckets.setdefault(n if t == L else anc[n][t], []).append(ci)
+                continue
             seen: set[int] = set()
-            for n, _ in v.assign:
-                if not tree.contains(within, n):
-                    continue
-                dom = n if t == L else tree.ancestors[n][t]
-                if dom not in seen:
-                    seen.add(dom)
-                    buckets.setdefault(dom, []).append(ci)
+            for n, _ in assign:
+                if everywhere or tree.contains(within, n):
+                    dom = n if t == L else anc[n][t]
+                    if dom not in seen:
+                        seen.add(dom)
+                        buckets.setdefault(dom, []).append(ci)
         return buckets
 
     def _quota_short(self) -> int:
@@ -302,13 +311,18 @@ class _Search:
                 lo = mid
         return hi
 
-    def _lower_bound(self, bucket: list[int], own: list[int], need_q: bool) -> Cost:
-        """No victim set of this domain costs less: its cheapest candidate (candidates are sorted)."""
-        first = bucket[0]
-        if need_q and own and own[0] < first:
-            first = own[0]
-        v = self.cands[first]
-        return (float("-inf"), 0.0, 0) if v.evicting else (float(v.priority), v.lost, 1)
+    def _lower_bound(self, bucket: list[int], need: int, quota_cost: Cost, quota: set[int]) -> Cost:
+        """No victim set of this domain costs less. Its victims have at least the priority of its
+        cheapest candidate (candidates are sorted), must free `need` GPUs there, each GPU losing at
+        least the smallest per-GPU loss of any candidate, with victims of at most the largest size."""
+        v = self.cands[bucket[0]]
+        if v.evicting or bucket[0] in quota:
+            return quota_cost
+        lost = max(v.lost, need * self.min_rate)
+        count = max(1, -(-need // self.max_gpus)) if self.max_gpus else 1
+        if not quota:
+            return (float(v.priority), lost, count)
+        return (max(quota_cost[0], float(v.priority)), quota_cost[1] + lost, quota_cost[2] + count)
 
     def run(self, pools: Sequence[Pool]) -> Plan | None:
         tree, req = self.st.tree, self.req
@@ -321,7 +335,16 @@ class _Search:
             depths = range(L, start - 1, -1)
         own = [ci for ci, v in enumerate(self.cands) if v.queue == self.q.name and not v.evicting]
         self.quota_short = self._quota_short()
-        need_q = self.quota_short > 0
+        quota_set = self._quota_victims(own)
+        if quota_set is None or not any(p.size for p in pools):
+            return None  # even evicting all of its own lower-priority work leaves the quota short
+        self.quota_set = quota_set
+        quota_members = set(quota_set)
+        quota_cost = set_cost([self.cands[ci] for ci in quota_set])
+        paying = [v for v in self.cands if not v.evicting and v.gpus]
+        self.min_rate = min((v.lost / v.gpus for v in paying), default=0.0)
+        self.max_gpus = max((v.gpus for v in paying), default=0)
+        gpus_needed = g * R
         cap_gpu = self.st.ix.cap_gpu
         for t in depths:
             buckets = self._buckets(t)
@@ -332,17 +355,23 @@ class _Search:
                     if t == L:
                         if not pool.member[key] or (g and cap_gpu[key] // g < R):
                             continue
+                        free = self.st.free_gpu[key]
                     elif g and pool.cap_sum[key] // g < R:
                         continue
-                    order.append((self._lower_bound(bucket, own, need_q), pi, key))
+                    else:
+                        free = pool.free_sum[key]
+                    need = max(0, gpus_needed - max(free, 0))
+                    order.append((self._lower_bound(bucket, need, quota_cost, quota_members), pi, key))
             order.sort()
             # Estimate in that order until VERIFY_BATCH estimates exist that no later domain can beat.
             estimates: list[tuple[Cost, int, int, list[int]]] = []
-            for lb, pi, key in order:
-                if len(estimates) >= VERIFY_BATCH and lb > estimates[VERIFY_BATCH - 1][0]:
+            for tried, (lb, pi, key) in enumerate(order):
+                if len(estimates) >= VERIFY_BATCH and (
+                    lb >= estimates[VERIFY_BATCH - 1][0] or tried >= MAX_ESTIMATES
+                ):
                     break
                 dom, node = (tree.ancestors[key][-1], key) if t == L else (key, -1)
-                chosen = self.estimate(pools[pi], dom, node, buckets[key], own)
+                chosen = self.estimate(pools[pi], dom, node, buckets[key])
                 if chosen is not None:
                     bisect.insort(estimates, (set_cost([self.cands[ci] for ci in chosen]), pi, key, chosen))
             best: tuple[Cost, list[int], Placement] | None = None

@@ -382,21 +382,17 @@ class _Cycle:
         L = tree.node_depth
         best: tuple[int, int, Pool, int] | None = None  # (-free, dom, pool, depth)
         for pool in pools:
-            members = pool.member_list()
+            # Its Required level, else the deepest level where some domain's capacity holds the gang.
             for t in [depth] if depth is not None else range(L, -1, -1):
-                cap: dict[int, int] = {}
-                for n in members:
-                    dom = n if t == L else tree.ancestors[n][t]
-                    cap[dom] = cap.get(dom, 0) + ix.cap_gpu[n]
-                fits = [dom for dom, c in cap.items() if c >= G]
-                if not fits:
-                    continue
-                for dom in fits:
-                    free = st.free_gpu[dom] if t == L else pool.free_sum[dom]
-                    cand = (-free, dom, pool, t)
-                    if best is None or (cand[0], cand[1]) < (best[0], best[1]):
-                        best = cand
-                break
+                if t == L:
+                    fits = [(n, st.free_gpu[n]) for n in pool.member_list() if ix.cap_gpu[n] >= G]
+                else:
+                    fits = [(dom, pool.free_sum[dom]) for dom in tree.by_depth[t] if pool.cap_sum[dom] >= G]
+                for dom, free in fits:
+                    if best is None or (-free, dom) < (best[0], best[1]):
+                        best = (-free, dom, pool, t)
+                if fits:
+                    break
         if best is None:
             return 0
         _, dom, pool, t = best
