@@ -90,7 +90,7 @@ def register(subparsers: Any) -> None:
 
 
 def speed_model(spec: str, disabled: bool) -> SpeedModel:
-    model = SpeedModel(enabled=not disabled)
+    factors: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in spec.split(","))):
         level, _, value = item.partition("=")
         if level not in ("node", "rack", "block", "zone"):
@@ -101,8 +101,8 @@ def speed_model(spec: str, disabled: bool) -> SpeedModel:
             raise ValueError(f"--slowdown: {item!r} needs a number, e.g. {level}=1.2") from None
         if factor < 1.0:
             raise ValueError(f"--slowdown: {level} factor {factor} must be >= 1 (a slowdown)")
-        model = replace(model, **{level: factor})
-    return model
+        factors[level] = factor
+    return SpeedModel(enabled=not disabled, **factors)
 
 
 def policies(spec: str) -> list[str]:
@@ -148,7 +148,7 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
 
 
 def run(args: argparse.Namespace) -> int:
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # errors stay on one line (greppable)
     out = Console()
     try:
         names = policies(args.policy)

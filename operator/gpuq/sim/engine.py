@@ -166,7 +166,7 @@ class Simulation:
         for tj in sorted(jobs, key=lambda j: j.submit_time):
             if tj.key in self.jobs:
                 raise ValueError(f"duplicate job name {tj.key!r} in the trace")
-            if queue_names and tj.queue not in queue_names:
+            if tj.queue not in queue_names:
                 raise ValueError(
                     f"job {tj.key} names queue {tj.queue!r}, which is not among the queues "
                     f"({', '.join(sorted(queue_names))})"

@@ -1,0 +1,216 @@
+"""The event loop on tiny, hand-computable scenarios, and the baselines behaving as named."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.decisions import Admit, Decisions
+from gpuq.core.model import Queue, Snapshot
+from gpuq.sim.cluster import ClusterShape, build_nodes
+from gpuq.sim.engine import SimOptions, Simulation, SimulationError, offered_load, rescale_arrivals
+from gpuq.sim.policy import POLICIES, Delta, Policy, make_policy
+from gpuq.sim.queues import derive_queues
+from gpuq.sim.readers import read_trace
+from gpuq.sim.speed import SpeedModel
+from gpuq.sim.trace import TraceJob
+
+CONFIG = SchedulerConfig()
+FIXTURES = Path(__file__).parent / "fixtures"
+TWO_NODES = ClusterShape(racks_per_block=1, nodes_per_rack=2, gpus_per_node=8)
+QUEUE = (Queue("q", nominal_gpus=16),)
+
+
+class Spy:
+    """Wraps a policy; records every call and checks what the caller may rely on."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.checkpoint_on_preempt = inner.checkpoint_on_preempt
+        self.calls: list[tuple[float, Snapshot, Decisions]] = []
+
+    def schedule(self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta) -> Decisions:
+        decisions = self.inner.schedule(snapshot, now, config, delta)
+        self.calls.append((now, snapshot, decisions))
+        return decisions
+
+
+def run(
+    jobs: list[TraceJob],
+    policy: str | Policy,
+    shape: ClusterShape = TWO_NODES,
+    queues: tuple[Queue, ...] = QUEUE,
+    **options: Any,
+) -> dict[str, Any]:
+    chosen = make_policy(policy) if isinstance(policy, str) else policy
+    sim = Simulation(jobs, build_nodes(shape, CONFIG), queues, CONFIG, chosen, SimOptions(**options))
+    return sim.run()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_lone_job_runs_at_once_for_its_duration(policy: str) -> None:
+    r = run([TraceJob("a", 0, 100, 8, "q")], policy)
+    assert (r["finished"], r["jct"]["avg"], r["queueing_delay"]["avg"]) == (1, 100.0, 0.0)
+    assert r["gpu_allocation"] == pytest.approx(0.5)  # 8 of 16 GPUs for the whole span
+    assert r["ettr"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_second_job_waits_for_the_first_to_free_the_cluster(policy: str) -> None:
+    r = run(
+        [TraceJob("a", 0, 100, 16, "q"), TraceJob("b", 10, 50, 8, "q")],
+        policy,
+        speed=SpeedModel(enabled=False),
+    )
+    per_job = sorted((o["jct"]["avg"], o["queueing_delay"]["avg"]) for o in r["per_queue"].values())
+    assert per_job == [(120.0, 45.0)]  # mean of (100, 0) and (140, 90)
+    assert r["makespan"] == 150.0
+
+
+def test_kube_default_holds_a_partial_gang_while_gang_binpack_does_not() -> None:
+    jobs = [TraceJob("a", 0, 100, 8, "q"), TraceJob("b", 1, 10, 16, "q")]  # b = 2 workers of 8
+    kube = Spy(make_policy("kube-default"))
+    r = run(jobs, kube, speed=SpeedModel(enabled=False))
+    # At t=100 (a finished) the snapshot still shows b holding the one pod it bound at t=1.
+    b_at_100 = [j for t, s, _ in kube.calls if t == 100 for j in s.jobs if j.key == "b"]
+    assert b_at_100 and b_at_100[0].running is not None and len(b_at_100[0].running.placement) == 1
+    # a: 8x100; b: one pod held 99 s, then 16 GPUs for 10 s; span 110 s of 16 GPUs.
+    assert r["gpu_allocation"] == pytest.approx((800 + 8 * 99 + 160) / (16 * 110))
+    assert r["gpu_busy"] == pytest.approx((800 + 160) / (16 * 110))
+    assert r["ettr"] == pytest.approx(960 / (800 + 8 * 99 + 160))
+
+    g = run(jobs, "gang-binpack", speed=SpeedModel(enabled=False))
+    assert g["gpu_allocation"] == pytest.approx(g["gpu_busy"]) == pytest.approx(960 / (16 * 110))
+
+
+@pytest.mark.parametrize("policy", ["gang-binpack", "gpuq"])
+def test_gang_policies_never_place_a_partial_gang(policy: str) -> None:
+    jobs, _ = read_trace(FIXTURES / "synthetic_mixed.csv")
+    spy = Spy(make_policy(policy))
+    r = run(
+        jobs[:250],
+        spy,
+        shape=ClusterShape(racks_per_block=2),
+        queues=derive_queues(jobs, 256),
+        worker_gpus="1",
+    )
+    sizes = {j.key: j.workers.replicas for _, s, _ in spy.calls for j in s.jobs}
+    admits = [a for _, _, d in spy.calls for a in d.admit]
+    assert admits and all(len(a.placement) == sizes[a.job] for a in admits)
+    assert r["finished"] == 250
+
+
+def test_schedule_is_called_only_when_something_changed_and_arrivals_are_batched() -> None:
+    spy = Spy(make_policy("gang-binpack"))
+    run([TraceJob(k, 0, d, 1, "q") for k, d in (("a", 10), ("b", 20), ("c", 30))], spy)
+    assert [t for t, _, _ in spy.calls] == [0, 10, 20, 30]
+
+
+def test_cycle_period_batches_decisions() -> None:
+    spy = Spy(make_policy("gang-binpack"))
+    r = run([TraceJob(k, t, 10, 1, "q") for k, t in (("a", 1), ("b", 2), ("c", 3))], spy, cycle_seconds=60)
+    assert [t for t, _, _ in spy.calls][:1] == [60]
+    assert r["queueing_delay"]["avg"] == pytest.approx(58.0)
+
+
+@pytest.mark.parametrize(("speed", "jct"), [(SpeedModel(), 120.0), (SpeedModel(enabled=False), 100.0)])
+def test_gang_spanning_nodes_runs_slower_by_the_node_factor(speed: SpeedModel, jct: float) -> None:
+    one_gpu_nodes = ClusterShape(racks_per_block=1, nodes_per_rack=2, gpus_per_node=1)
+    r = run([TraceJob("a", 0, 100, 2, "q")], "gang-binpack", shape=one_gpu_nodes, speed=speed)
+    assert r["jct"]["avg"] == pytest.approx(jct)
+    assert r["comm_multi_gpu"]["cross_node"] == 1.0
+
+
+def test_an_over_committing_policy_is_stopped_with_a_clear_error() -> None:
+    class Greedy:
+        name = "greedy"
+        checkpoint_on_preempt = False
+
+        def schedule(
+            self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta
+        ) -> Decisions:
+            first = snapshot.nodes[0].name
+            return Decisions(admit=tuple(Admit(j.key, (first,), 0.0) for j in snapshot.jobs if not j.running))
+
+    with pytest.raises(SimulationError, match=r"greedy: node .* over-committed by b"):
+        run([TraceJob("a", 0, 10, 8, "q"), TraceJob("b", 0, 10, 8, "q")], Greedy())
+
+
+def test_fragmentation_counts_idle_gpus_no_pending_gang_can_use() -> None:
+    # kube-default spreads a and b (4 GPUs each) over both nodes: c (8 GPUs on one node) cannot use
+    # the 8 idle GPUs for 100 s. gang-binpack packs a and b onto one node and c runs at once.
+    jobs = [TraceJob("a", 0, 100, 4, "q"), TraceJob("b", 0, 100, 4, "q"), TraceJob("c", 0, 100, 8, "q")]
+    spread_out = run(jobs, "kube-default", speed=SpeedModel(enabled=False))
+    assert spread_out["fragmentation"] == pytest.approx(8 * 100 / (16 * 200))
+    packed = run(jobs, "gang-binpack", speed=SpeedModel(enabled=False))
+    assert packed["fragmentation"] == 0.0 and packed["makespan"] == 100.0
+
+
+def test_preemption_loses_work_unless_the_victim_checkpoints_first() -> None:
+    one_node = ClusterShape(racks_per_block=1, nodes_per_rack=1, gpus_per_node=8)
+    queue = (Queue("q", nominal_gpus=8),)
+    jobs = [TraceJob("low", 0, 1000, 8, "q", priority=0), TraceJob("high", 100, 10, 8, "q", priority=5)]
+    kube = run(jobs, "kube-default", shape=one_node, queues=queue)
+    assert kube["preemptions"] == 1
+    assert kube["lost_gpu_hours"] == pytest.approx(8 * 100 / 3600)  # no checkpoint: 100 s of 8 GPUs lost
+    assert kube["makespan"] == pytest.approx(110 + 1000)
+    gpuq = run(jobs, "gpuq", shape=one_node, queues=queue)
+    assert gpuq["preemptions"] == 1 and gpuq["lost_gpu_hours"] == 0.0
+    assert gpuq["makespan"] == pytest.approx(110 + 900)  # resumes from its preemption checkpoint
+
+
+@pytest.mark.parametrize("policy", ["gpuq", "gang-binpack", "kube-default"])
+def test_node_failures_restart_whole_gangs_and_lose_at_most_a_checkpoint_interval(policy: str) -> None:
+    jobs = [TraceJob(f"j{i}", i * 600, 4 * 3600, 8 if i % 2 else 4, "q") for i in range(12)]
+    spy = Spy(make_policy(policy))
+    r = run(
+        jobs,
+        spy,
+        shape=ClusterShape(racks_per_block=1, nodes_per_rack=4),
+        queues=(Queue("q", 32),),
+        mtbf_hours=6.0,
+        repair_hours=1.0,
+        checkpoint_minutes=30,
+        seed=3,
+    )
+    assert r["restarts"] > 0 and r["finished"] == 12
+    restarts = [x for _, _, d in spy.calls for x in d.restart]
+    assert len(restarts) == r["restarts"]
+    assert r["lost_gpu_hours"] <= r["restarts"] * 8 * 0.5 + 1e-9
+    assert r["ettr"] < 1.0
+
+
+def test_same_seed_same_results() -> None:
+    jobs, _ = read_trace(FIXTURES / "synthetic_mixed.csv")
+    queues = derive_queues(jobs, 256)
+    a = run(jobs[:200], "kube-default", shape=ClusterShape(racks_per_block=2), queues=queues, seed=5)
+    b = run(jobs[:200], "kube-default", shape=ClusterShape(racks_per_block=2), queues=queues, seed=5)
+    for r in (a, b):
+        r.pop("sim")
+    assert a == b
+
+
+def test_target_load_rescales_arrivals() -> None:
+    jobs, _ = read_trace(FIXTURES / "synthetic_mixed.csv")
+    assert offered_load(jobs, 256) == pytest.approx(0.9, rel=0.05)
+    faster = rescale_arrivals(jobs, 256, 1.5)
+    assert offered_load(faster, 256) == pytest.approx(1.5)
+    assert [j.duration for j in faster] == [j.duration for j in jobs]
+    with pytest.raises(ValueError, match="target-load"):
+        rescale_arrivals(jobs, 256, 0)
+
+
+def test_job_naming_an_unknown_queue_is_rejected() -> None:
+    with pytest.raises(ValueError, match="queue 'nope'"):
+        run([TraceJob("a", 0, 1, 1, "nope")], "gpuq")
+
+
+def test_a_job_that_can_never_fit_ends_the_run_unfinished() -> None:
+    r = run([TraceJob("a", 0, 10, 1, "q"), TraceJob("huge", 0, 10, 64, "q")], "gang-binpack")
+    assert (r["finished"], r["unfinished"]) == (1, 1)
+    assert not math.isnan(r["jct"]["avg"])
