@@ -57,7 +57,7 @@ class _Search:
     def exact(self, n: int, cap: int) -> int:
         if not self.pool.member[n] or n in self.exclude:
             return 0
-        s = slots_on(self.fg[n], self.fc[n], self.fm[n], self.fx[n], self.d)
+        s = slots_on(self.fg[n], self.fc[n], self.fm[n], self.fx.get(n), self.d)
         return s if s < cap else cap
 
     def upper(self, dom: int, cap: int) -> int:

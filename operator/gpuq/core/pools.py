@@ -8,6 +8,7 @@ Moving one node's free count costs O(depth).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Sequence
 
 from gpuq.core.topology import DomainTree
@@ -32,9 +33,10 @@ class Pool:
         self.model = model  # the single GPU model of its nodes, or None for a mixed pool
         self.name = name
         self.member = bytearray(n_nodes)
-        self.hist = [0] * (tree.n_domains * width)
-        self.free_sum = [0] * tree.n_domains
-        self.cap_sum = [0] * tree.n_domains  # GPU capacity of member nodes per domain (static)
+        # int64 arrays: copying a pool for a cycle is a memcpy.
+        self.hist = array("q", bytes(8 * tree.n_domains * width))
+        self.free_sum = array("q", bytes(8 * tree.n_domains))
+        self.cap_sum = array("q", bytes(8 * tree.n_domains))  # GPU capacity of member nodes per domain
         self.size = 0
         for n in members:
             self.add(n, free_gpu[n], capacity[n])
@@ -44,8 +46,8 @@ class Pool:
         clone = Pool.__new__(Pool)
         clone.tree, clone.width, clone.model, clone.name = self.tree, self.width, self.model, self.name
         clone.member, clone.size, clone.cap_sum = self.member, self.size, self.cap_sum
-        clone.hist = self.hist.copy()
-        clone.free_sum = self.free_sum.copy()
+        clone.hist = self.hist[:]
+        clone.free_sum = self.free_sum[:]
         return clone
 
     def member_list(self) -> list[int]:

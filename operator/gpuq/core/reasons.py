@@ -153,7 +153,7 @@ def _short_resource(st: CycleState, members: Sequence[int], d: Demand, replicas:
         if need:
             per[name] = sum(max(free[n], 0) // need for n in members)
     for name, need in d.extra:
-        per[name] = sum(max((st.free_extra[n] or {}).get(name, 0), 0) // need for n in members)
+        per[name] = sum(max((st.free_extra.get(n) or {}).get(name, 0), 0) // need for n in members)
     if not per:
         return "room"
     worst = min(per.items(), key=lambda kv: (kv[1], kv[0]))

@@ -25,10 +25,10 @@ class CycleState:
     def __init__(self, ix: ClusterIndex) -> None:
         self.ix = ix
         self.tree = ix.tree
-        self.free_gpu = ix.free_gpu.copy()
-        self.free_cpu = ix.free_cpu.copy()
-        self.free_mem = ix.free_mem.copy()
-        self.free_extra = ix.free_extra.copy()  # dicts are replaced on write, never mutated
+        self.free_gpu = ix.free_gpu[:]  # int64 arrays: memcpy
+        self.free_cpu = ix.free_cpu[:]
+        self.free_mem = ix.free_mem[:]
+        self.free_extra = dict(ix.free_extra)  # sparse; inner dicts are replaced on write, never mutated
         self.open_all = ix.open_all.copy()
         self.open_by_model = {m: p.copy() for m, p in ix.open_by_model.items()}
         self.live_pools: list[Pool] = [self.open_all, *self.open_by_model.values()]
@@ -58,7 +58,7 @@ class CycleState:
         if mem:
             self.free_mem[n] -= mem
         if extra:
-            cur = dict(self.free_extra[n] or {})
+            cur = dict(self.free_extra.get(n) or {})
             for k, v in extra:
                 cur[k] = cur.get(k, 0) - v
             self.free_extra[n] = cur
