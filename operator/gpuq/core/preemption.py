@@ -21,7 +21,7 @@ verified set by (highest victim priority, GPU-seconds lost, number of victims) w
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -34,21 +34,30 @@ from gpuq.core.quota import QuotaBook
 from gpuq.core.state import CycleState
 
 VERIFY_BATCH = 8  # estimated-cheapest candidate domains verified per depth before taking the best
-MAX_ESTIMATES = 2048  # domains estimated per depth at most, in lower-bound order (bounds the search)
+# Work bound per depth: once VERIFY_BATCH estimates exist, stop after this many victims were walked.
+ESTIMATE_BUDGET = 20_000
 Cost = tuple[float, float, int]
 
 
-class Victim(NamedTuple):  # a NamedTuple: thousands are built per search, 3x faster than a dataclass
+class Victim(NamedTuple):
+    """A candidate victim. A NamedTuple (thousands are built per search) whose leading fields are its
+    cost order, so a list of them sorts cheapest first without a key function."""
+
+    paying: bool  # False for a job already being evicted: free, sorts first
+    priority: int
+    lost: float  # GPU-seconds of work lost since its last checkpoint (0 if already evicting)
+    neg_gpus: int  # larger victims first on ties
     key: str
     queue: str
-    priority: int
     gpus: int
-    lost: float  # GPU-seconds of work lost since its last checkpoint (0 if already evicting)
     assign: tuple[tuple[int, int], ...]
     demand: Demand
-    evicting: bool
     reclaim: bool  # chosen as borrowed capacity of a cohort peer (else: lower priority in the queue)
     models: tuple[tuple[str, int], ...]
+
+    @property
+    def evicting(self) -> bool:
+        return not self.paying
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +128,20 @@ def allowed_victims(
             lost = max(0.0, now - since) * gpus
         out.append(
             Victim(
-                key, v.queue, v.priority, gpus, lost, job_nodes[key], d, evicting, reclaim, job_models[key]
+                not evicting,
+                v.priority,
+                lost,
+                -gpus,
+                key,
+                v.queue,
+                gpus,
+                job_nodes[key],
+                d,
+                reclaim,
+                job_models[key],
             )
         )
-    out.sort(key=lambda v: (not v.evicting, v.priority, v.lost, -v.gpus, v.key))
+    out.sort()
     return out
 
 
@@ -154,8 +173,6 @@ class _Search:
         self.cands = cands
         self.quota_short = 0
         self.quota_set: list[int] = []
-        self.min_rate = 0.0  # smallest GPU-seconds lost per GPU among paying candidates
-        self.max_gpus = 0  # largest candidate, in GPUs
 
     # -- statement helpers --
 
@@ -271,27 +288,40 @@ class _Search:
 
     # -- search --
 
-    def _buckets(self, t: int) -> dict[int, list[int]]:
-        """Candidate indices per domain at depth t (per node at the node depth), in cost order."""
+    def _buckets(self, t: int) -> tuple[dict[int, list[int]], dict[int, tuple[int, float]]]:
+        """Candidate indices per domain at depth t (per node at the node depth), in cost order, and per
+        domain (largest paying candidate in GPUs, smallest GPU-seconds lost per GPU) for lower bounds."""
         tree, within = self.st.tree, self.req.within
         anc, L = tree.ancestors, tree.node_depth
         everywhere = within == 0
         buckets: dict[int, list[int]] = {}
+        bounds: dict[int, tuple[int, float]] = {}
+
         for ci, v in enumerate(self.cands):
             assign = v.assign
             if len(assign) == 1:  # most victims sit on one node
                 n = assign[0][0]
-                if everywhere or tree.contains(within, n):
-                    buckets.setdefault(n if t == L else anc[n][t], []).append(ci)
-                continue
-            seen: set[int] = set()
-            for n, _ in assign:
-                if everywhere or tree.contains(within, n):
-                    dom = n if t == L else anc[n][t]
-                    if dom not in seen:
-                        seen.add(dom)
-                        buckets.setdefault(dom, []).append(ci)
-        return buckets
+                doms: Iterable[int] = (
+                    (n if t == L else anc[n][t],) if everywhere or tree.contains(within, n) else ()
+                )
+            else:
+                doms = {
+                    n if t == L else anc[n][t] for n, _ in assign if everywhere or tree.contains(within, n)
+                }
+            for dom in doms:
+                bucket = buckets.get(dom)
+                if bucket is None:
+                    buckets[dom] = [ci]
+                else:
+                    bucket.append(ci)
+                if v.paying and v.gpus:
+                    bound = bounds.get(dom)
+                    rate = v.lost / v.gpus
+                    if bound is None:
+                        bounds[dom] = (v.gpus, rate)
+                    elif v.gpus > bound[0] or rate < bound[1]:
+                        bounds[dom] = (max(bound[0], v.gpus), min(bound[1], rate))
+        return buckets, bounds
 
     def _quota_short(self) -> int:
         """GPUs the job's own queue must release before its quota admits the job (0: fits now).
@@ -311,15 +341,18 @@ class _Search:
                 lo = mid
         return hi
 
-    def _lower_bound(self, bucket: list[int], need: int, quota_cost: Cost, quota: set[int]) -> Cost:
+    def _lower_bound(
+        self, bucket: list[int], bound: tuple[int, float], need: int, quota_cost: Cost, quota: set[int]
+    ) -> Cost:
         """No victim set of this domain costs less. Its victims have at least the priority of its
-        cheapest candidate (candidates are sorted), must free `need` GPUs there, each GPU losing at
-        least the smallest per-GPU loss of any candidate, with victims of at most the largest size."""
+        cheapest candidate (candidates are sorted) and must free `need` GPUs there: each GPU loses at
+        least the domain's smallest per-GPU loss, and no victim is larger than its largest."""
         v = self.cands[bucket[0]]
         if v.evicting or bucket[0] in quota:
             return quota_cost
-        lost = max(v.lost, need * self.min_rate)
-        count = max(1, -(-need // self.max_gpus)) if self.max_gpus else 1
+        big, rate = bound
+        lost = max(v.lost, need * rate)
+        count = max(1, -(-need // big)) if big else 1
         if not quota:
             return (float(v.priority), lost, count)
         return (max(quota_cost[0], float(v.priority)), quota_cost[1] + lost, quota_cost[2] + count)
@@ -341,13 +374,10 @@ class _Search:
         self.quota_set = quota_set
         quota_members = set(quota_set)
         quota_cost = set_cost([self.cands[ci] for ci in quota_set])
-        paying = [v for v in self.cands if not v.evicting and v.gpus]
-        self.min_rate = min((v.lost / v.gpus for v in paying), default=0.0)
-        self.max_gpus = max((v.gpus for v in paying), default=0)
         gpus_needed = g * R
         cap_gpu = self.st.ix.cap_gpu
         for t in depths:
-            buckets = self._buckets(t)
+            buckets, bounds = self._buckets(t)
             # (lower bound, pool, bucket key): domains that could ever hold the job, cheapest first.
             order: list[tuple[Cost, int, int]] = []
             for pi, pool in enumerate(pools):
@@ -361,17 +391,20 @@ class _Search:
                     else:
                         free = pool.free_sum[key]
                     need = max(0, gpus_needed - max(free, 0))
-                    order.append((self._lower_bound(bucket, need, quota_cost, quota_members), pi, key))
+                    lb = self._lower_bound(bucket, bounds.get(key, (0, 0.0)), need, quota_cost, quota_members)
+                    order.append((lb, pi, key))
             order.sort()
             # Estimate in that order until VERIFY_BATCH estimates exist that no later domain can beat.
             estimates: list[tuple[Cost, int, int, list[int]]] = []
-            for tried, (lb, pi, key) in enumerate(order):
+            walked = 0
+            for lb, pi, key in order:
                 if len(estimates) >= VERIFY_BATCH and (
-                    lb >= estimates[VERIFY_BATCH - 1][0] or tried >= MAX_ESTIMATES
+                    lb >= estimates[VERIFY_BATCH - 1][0] or walked >= ESTIMATE_BUDGET
                 ):
                     break
                 dom, node = (tree.ancestors[key][-1], key) if t == L else (key, -1)
                 chosen = self.estimate(pools[pi], dom, node, buckets[key])
+                walked += len(buckets[key]) if chosen is None else len(chosen)
                 if chosen is not None:
                     bisect.insort(estimates, (set_cost([self.cands[ci] for ci in chosen]), pi, key, chosen))
             best: tuple[Cost, list[int], Placement] | None = None
