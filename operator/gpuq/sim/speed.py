@@ -82,10 +82,12 @@ def _pairs(n: int) -> int:
 
 def spread(placement: Sequence[str], gpus_per_worker: int, paths: Mapping[str, tuple[str, ...]]) -> Spread:
     """Pairs crossing level i = all pairs - pairs inside one domain of level i."""
-    per_node = Counter(placement)
     gpus = len(placement) * gpus_per_worker
     total = _pairs(gpus)
     depth = len(next(iter(paths.values()))) if paths else 0
+    if len(set(placement)) <= 1:  # one node (most jobs): nothing crosses
+        return Spread(gpus, total, (0,) * depth)
+    per_node = Counter(placement)
     crossing: list[int] = []
     for level in range(depth):
         per_domain: Counter[tuple[str, ...]] = Counter()
