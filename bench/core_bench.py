@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import gc
 import math
+import os
 import random
 import statistics
 import sys
@@ -317,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd = " ".join(["bench/core_bench.py", *(argv if argv is not None else sys.argv[1:])])
     print(f"# gpuq.core benchmark   reproduce: .venv/bin/python {cmd}")
     print(f"# Python {sys.version.split()[0]}; size mix {', '.join(f'{s}:{w:.1%}' for s, w in SIZE_MIX)}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# {os.cpu_count()} CPUs, load average {load:.1f} at start (wall-clock figures grow with load)")
     full: dict[int, dict[str, float]] = {}
     incr: dict[int, dict[str, float]] = {}
     for n in sizes:

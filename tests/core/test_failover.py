@@ -142,3 +142,11 @@ def test_other_schedulers_gpus_count_for_degraded_node_failure() -> None:
     nodes = with_node(NODES, "n0000", healthy_gpus=7, used_by_others=Resources(gpus=4))
     d = run(snap(nodes, [queue()], [job("ns/a", gpus=4, on=["n0000"])]))
     assert [r.job for r in d.restart] == ["ns/a"]
+
+
+def test_restarted_gangs_old_pods_hold_their_resources_for_others_this_cycle() -> None:
+    nodes = with_node(NODES, "n0000", health=Health.FAILED)
+    gang = job("ns/gang", replicas=2, gpus=8, on=["n0000", "n0001"])
+    d = run(snap(nodes, [queue()], [gang, job("ns/new", gpus=8)]))
+    assert set(admitted(d)["ns/gang"]) == {"n0010", "n0011"}  # its old rack has one healthy node left
+    assert "ns/new" not in admitted(d)  # n0001 still runs the gang's terminating pod

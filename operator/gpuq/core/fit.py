@@ -66,19 +66,3 @@ def slots_on(
         have = free_extra.get(name, 0) if free_extra else 0
         s = min(s, have // need)
     return s if s > 0 else 0
-
-
-def short_resource(
-    free_gpu: int, free_cpu: int, free_mem: int, free_extra: dict[str, int] | None, d: Demand
-) -> str | None:
-    """Name of a resource that keeps one worker of `d` off these free resources (None if one fits)."""
-    if d.gpus and free_gpu < d.gpus:
-        return "GPU"
-    if d.cpu and free_cpu < d.cpu:
-        return "CPU"
-    if d.mem and free_mem < d.mem:
-        return "memory"
-    for name, need in d.extra:
-        if (free_extra.get(name, 0) if free_extra else 0) < need:
-            return name
-    return None

@@ -175,7 +175,3 @@ def place(
         if best is not None:
             return best
     return None
-
-
-def commit(st: CycleState, placement: Placement, d: Demand) -> None:
-    st.use_all(placement.assign, d, 1)

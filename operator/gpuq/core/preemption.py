@@ -11,11 +11,14 @@ Allowed victims of job J in queue q (docs/scheduling.md, "Preemption"):
 
 Search: candidate domains are those at the job's target depths (Required: its level; Preferred: one
 node, then rack, block, zone, cluster, stopping at the first depth with a feasible set) that hold a
-victim. For each, victims are added in cost order (priority, GPU-seconds lost since their last
-checkpoint, more GPUs first) until the domain's GPU slots and the queue's quota suffice. The cheapest
-estimates are then verified on a statement (evict, place, roll back), extended if CPU/memory still
-block, and pruned (most expensive first, keep out every victim the job fits without). The cheapest
-verified set by (highest victim priority, GPU-seconds lost, number of victims) wins and is committed.
+victim and could hold J by capacity. For each, its victims are added in cost order (priority,
+GPU-seconds lost since their last checkpoint, more GPUs first) until its GPU slots suffice; if q is
+short of quota, q's cheapest own victims covering the shortfall are added. Domains are estimated in
+order of a lower bound on their cost, until VERIFY_BATCH estimates reach the next bound (or a work
+budget is spent). The cheapest estimates are then verified on a statement (evict, place, roll back),
+extended if CPU/memory still block, and pruned (most expensive first, keep out every victim the job
+fits without). The cheapest verified set by (highest victim priority, GPU-seconds lost, number of
+victims) wins and is committed.
 """
 
 from __future__ import annotations
@@ -66,14 +69,6 @@ class Plan:
     waiting: tuple[Victim, ...]  # already evicting, now counted on by this job
     placement: Placement
     cost: Cost
-
-
-def lost_gpu_seconds(job: Job, now: float) -> float:
-    assert job.running is not None
-    since = job.running.started_at
-    if job.checkpoint is not None:
-        since = max(since, job.checkpoint.time)
-    return max(0.0, now - since) * len(job.running.placement) * job.workers.gpus_per_worker
 
 
 def allowed_victims(
