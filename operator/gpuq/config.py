@@ -15,6 +15,7 @@ the offending path, so a typo never silently falls back to a default.
                nodeFlapWindowSeconds: 600, nodeFlapThreshold: 3}
     starvationSeconds: 300
     maxAdmissionsPerCycle: 10000
+    maxPreemptionSearchesPerCycle: 16
     gpuModelLabel: nvidia.com/gpu.product
     extenderPort: 8888
 """
@@ -91,26 +92,21 @@ class _Config(_Strict):
     failover: _Failover = Field(default_factory=_Failover)
     starvation_seconds: float = Field(default=_DEFAULT.starvation_seconds, ge=0)
     max_admissions_per_cycle: int = Field(default=_DEFAULT.max_admissions_per_cycle, ge=1)
+    max_preemption_searches_per_cycle: int = Field(default=_DEFAULT.max_preemption_searches_per_cycle, ge=1)
     gpu_model_label: str = Field(default=_DEFAULT.gpu_model_label, min_length=1)
     extender_port: int = Field(default=_DEFAULT.extender_port, ge=1, le=65535)
 
     def to_core(self) -> SchedulerConfig:
         levels = self.topology.levels
-        f = self.failover
         return SchedulerConfig(
             topology=Topology(
                 levels=tuple(lvl.name for lvl in levels), labels=tuple(lvl.label for lvl in levels)
             ),
             weights=ScoringWeights(**self.weights.model_dump()),
-            failover=FailoverConfig(
-                not_ready_grace_seconds=f.not_ready_grace_seconds,
-                backoff_base_seconds=f.backoff_base_seconds,
-                backoff_max_seconds=f.backoff_max_seconds,
-                node_flap_window_seconds=f.node_flap_window_seconds,
-                node_flap_threshold=f.node_flap_threshold,
-            ),
+            failover=FailoverConfig(**self.failover.model_dump()),
             starvation_seconds=self.starvation_seconds,
             max_admissions_per_cycle=self.max_admissions_per_cycle,
+            max_preemption_searches_per_cycle=self.max_preemption_searches_per_cycle,
             gpu_model_label=self.gpu_model_label,
             extender_port=self.extender_port,
         )

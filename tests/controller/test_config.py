@@ -64,3 +64,19 @@ def test_bad_config_names_the_problem(text: str, fragment: str) -> None:
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_every_scheduler_config_field_is_settable_from_config_yaml() -> None:
+    """A field added to gpuq.core.config must be readable from the ConfigMap too (no silent drift)."""
+    import dataclasses
+
+    from gpuq.config import _Config, _Failover, _Weights
+    from gpuq.core.config import FailoverConfig, SchedulerConfig, ScoringWeights
+
+    pairs = ((SchedulerConfig, _Config), (FailoverConfig, _Failover), (ScoringWeights, _Weights))
+    for core_cls, yaml_cls in pairs:
+        assert {f.name for f in dataclasses.fields(core_cls)} == set(yaml_cls.model_fields), core_cls.__name__
+
+
+def test_preemption_search_budget_is_configurable() -> None:
+    assert parse_config("maxPreemptionSearchesPerCycle: 3").max_preemption_searches_per_cycle == 3
