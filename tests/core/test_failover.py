@@ -120,6 +120,7 @@ def test_recovering_job_avoids_its_bad_nodes_and_prefers_its_old_rack() -> None:
 
 def test_recovering_job_not_re_placeable_says_why() -> None:
     nodes = [n for n in NODES if n.name in ("n0000", "n0001")]
+    nodes = with_node(nodes, "n0001", not_ready_since=NOW - 1)  # still down: not even a last resort
     recovering = job(
         "ns/r",
         replicas=2,

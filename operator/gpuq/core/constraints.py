@@ -40,8 +40,8 @@ def node_model(node: Node, label: str) -> str | None:
 
 
 def is_schedulable(node: Node) -> bool:
-    """New work may land here: healthy, not cordoned, Ready."""
-    return node.health is Health.HEALTHY and node.not_ready_since is None
+    """New work may land here: healthy, not cordoned, Ready, not damped for flapping."""
+    return node.health is Health.HEALTHY and node.not_ready_since is None and not node.flapping
 
 
 def tolerates(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:

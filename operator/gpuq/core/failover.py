@@ -5,16 +5,29 @@ grace period, deleted (absent from the snapshot), tainted NoExecute without a ma
 reporting fewer healthy GPUs than are bound on it. Jobs already being evicted are left alone: they are
 on their way out. Restart back-off: the first restart is immediate, the k-th waits
 min(backoff_max, backoff_base * 2**(k - 2)) seconds.
+
+The NoExecute taints the node lifecycle controller adds the moment a node turns NotReady
+(node.kubernetes.io/not-ready, node.kubernetes.io/unreachable) are the NotReady condition seen again:
+they do not fail a gang by themselves, the grace period (counted from the NotReady transition) does.
+Any other NoExecute taint fails the gangs that do not tolerate it at once.
+
+Flap damping: a node whose Ready condition left True `node_flap_threshold` times within
+`node_flap_window_seconds` receives no new work until the oldest of those transitions leaves the
+window (see flap_damped_until); what runs there keeps running unless the node fails for real.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuq.core.config import FailoverConfig
 from gpuq.core.constraints import untolerated
 from gpuq.core.index import ClusterIndex
 from gpuq.core.model import Health, TaintEffect
+
+# Taints that only restate NotReady/Unknown: the grace period applies to them, not the taint.
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +68,11 @@ def detect(ix: ClusterIndex, now: float, cfg: FailoverConfig) -> list[Failure]:
                 continue
             reason = whole
             if reason is None:
-                bad = untolerated(nd, ix.jobs[key].constraints.tolerations, (TaintEffect.NO_EXECUTE,))
+                bad = [
+                    t
+                    for t in untolerated(nd, ix.jobs[key].constraints.tolerations, (TaintEffect.NO_EXECUTE,))
+                    if t.key not in NOT_READY_TAINTS
+                ]
                 if bad:
                     reason = f"node {nd.name} tainted {bad[0].key}={bad[0].value}:NoExecute"
             if reason is not None:
@@ -76,3 +93,17 @@ def backoff_seconds(restart_count: int, cfg: FailoverConfig) -> float:
     if restart_count <= 0:
         return 0.0
     return float(min(cfg.backoff_max_seconds, cfg.backoff_base_seconds * 2 ** (restart_count - 1)))
+
+
+def flap_damped_until(not_ready_times: Sequence[float], cfg: FailoverConfig) -> float | None:
+    """Until when a node is damped for flapping, given the times its Ready condition left True.
+
+    Damped while `node_flap_threshold` of those transitions lie within the last
+    `node_flap_window_seconds`: that is, until the threshold-th most recent one is a window old.
+    None when it never flapped that often (the caller compares the result with its `now`).
+    """
+    n = cfg.node_flap_threshold
+    times = sorted(not_ready_times)
+    if n <= 0 or len(times) < n:
+        return None
+    return times[-n] + cfg.node_flap_window_seconds

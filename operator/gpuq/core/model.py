@@ -127,6 +127,9 @@ class Node:
     # GPUs the device plugin reports healthy (None: all of allocatable). Fewer healthy GPUs than the GPUs
     # bound on the node fails every gang with a rank there; new work sees only the healthy ones.
     healthy_gpus: int | None = None
+    # Flap damping (gpuq.core.failover.flap_damped_until): the node's Ready condition left True too often
+    # lately. It receives no new work but keeps what runs there (unless it fails for real).
+    flapping: bool = False
 
 
 @dataclass(frozen=True, slots=True)

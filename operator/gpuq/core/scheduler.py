@@ -177,8 +177,13 @@ class _Cycle:
         st.use_all(r.old, d, -1)  # its own terminating pods' resources: reusable by itself only
         tiers = st.pool_tiers(job, R, None)
         p = None
-        for dom in self._prefer_domains(r.previous):
-            p = place(st, tiers, Request(d, R, depth, dom, r.exclude), self.weights)
+        # Nodes that failed under the job are avoided; when nothing else fits, a recovered one (now
+        # healthy, Ready and not flapping) beats waiting forever: placement skips unusable nodes anyway.
+        for exclude in (r.exclude, frozenset()) if r.exclude else (r.exclude,):
+            for dom in self._prefer_domains(r.previous):
+                p = place(st, tiers, Request(d, R, depth, dom, exclude), self.weights)
+                if p is not None:
+                    break
             if p is not None:
                 break
         if p is not None:
