@@ -20,6 +20,13 @@ def test_admission_persists_attempt_and_placement() -> None:
     assert patch["conditions"][0]["type"] == "Admitted" and patch["conditions"][0]["status"] == "True"
 
 
+def test_first_status_of_a_new_job() -> None:
+    entry = parse_job(job("a", replicas=4, gpus=8))
+    patch = pending_status(entry, Pending("team-a/a", "waiting", 1, code="Quota"), T0)
+    assert patch["phase"] == "Queued" and patch["gpus"] == 32 and patch["observedGeneration"] == 1
+    assert patch["conditions"][0]["reason"] == "Quota"
+
+
 def test_pending_update_is_empty_when_nothing_changed() -> None:
     entry = parse_job(job("a", status={"phase": "Queued"}))
     first = pending_status(entry, Pending("team-a/a", "needs 16 GPUs; queue has 8 free", 2), T0)

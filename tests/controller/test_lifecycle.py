@@ -16,10 +16,9 @@ def run(job_body: dict, *pod_bodies: dict, now: float = NOW) -> Plan:
     return observe(parse_job(job_body), [parse_pod(p) for p in pod_bodies], now, CFG)
 
 
-def test_new_job_is_queued_with_its_gpu_count() -> None:
-    plan = run(job("a", replicas=4, gpus=8))
-    assert plan.status["phase"] == "Queued" and plan.status["gpus"] == 32
-    assert plan.events[0].reason == "Queued"
+def test_new_job_needs_no_write_of_its_own() -> None:
+    """Its first status comes with the cycle's decision (pending, blocked or admitted)."""
+    assert not run(job("a", replicas=4, gpus=8))
 
 
 def test_nothing_to_do_for_a_waiting_job() -> None:

@@ -83,6 +83,15 @@ def test_rendering_does_not_mutate_the_spec() -> None:
     assert "schedulerName" not in s.workers.template["spec"]
 
 
+def test_single_worker_needs_no_rendezvous_service() -> None:
+    one = TrainingJobSpec.model_validate(
+        {"queue": "q", "workers": {"replicas": 1, "gpusPerWorker": 1, "template": spec().workers.template}}
+    )
+    pod = worker_pod("ns1", "solo", "uid-1", one, rank=0, attempt=1)
+    assert env_of(pod["spec"]["containers"][0])["MASTER_ADDR"] == "localhost"
+    assert "subdomain" not in pod["spec"]
+
+
 def test_service_is_headless_and_owned() -> None:
     svc = rendezvous_service("ns1", "llm", "uid-1")
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["selector"] == {meta.LABEL_JOB_NAME: "llm"}

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuq.controller.nodehealth import with_history
 from gpuq.controller.objects import (
     JobEntry,
     NodeEntry,
@@ -113,7 +114,7 @@ class ClusterCache:
 
     # -- nodes, queues, namespaces --------------------------------------------------------------
     def upsert_node(self, body: Mapping[str, Any]) -> None:
-        entry = parse_node(body)
+        entry = with_history(self.nodes.get(_meta(body)["name"]), parse_node(body))
         self._store(self.nodes, "node", entry.name, body, entry)
 
     def delete_node(self, body: Mapping[str, Any]) -> None:

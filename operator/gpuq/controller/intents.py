@@ -17,6 +17,14 @@ from gpuq.controller.snapshot import Exclusion
 from gpuq.core.decisions import Admit, Pending
 
 
+def _identity(job: JobEntry) -> dict[str, Any]:
+    """Fields written with the job's first status (there is no separate "first seen" write)."""
+    if job.spec is None:
+        return {}
+    w = job.spec.workers
+    return {"gpus": w.replicas * w.gpus_per_worker, "observed_generation": job.generation}
+
+
 def admit_status(job: JobEntry, admit: Admit, now: float) -> dict[str, Any]:
     s = job.status
     nodes = sorted(set(admit.placement))
@@ -35,6 +43,7 @@ def admit_status(job: JobEntry, admit: Admit, now: float) -> dict[str, Any]:
         not_before=None,
         message=msg,
         conditions=st.without_condition(conds, st.BLOCKED),
+        **_identity(job),
     )
 
 
@@ -53,6 +62,7 @@ def pending_status(job: JobEntry, pending: Pending, now: float) -> dict[str, Any
         queue_position=pending.position,
         message=pending.reason,
         conditions=st.without_condition(conds, st.BLOCKED),
+        **_identity(job),
     )
 
 
@@ -61,7 +71,14 @@ def blocked_status(job: JobEntry, why: Exclusion, now: float) -> tuple[dict[str,
     old = st.condition(s.conditions, st.BLOCKED)
     conds = st.with_condition(s.conditions, st.BLOCKED, True, why.reason, why.message, now)
     conds = st.with_condition(conds, st.ADMITTED, False, why.reason, why.message, now)
-    patch = st.patch(s, phase=_waiting_phase(job), queue_position=None, message=why.message, conditions=conds)
+    patch = st.patch(
+        s,
+        phase=_waiting_phase(job),
+        queue_position=None,
+        message=why.message,
+        conditions=conds,
+        **_identity(job),
+    )
     is_new = old is None or old.status != ConditionStatus.TRUE or old.reason != why.reason
     return patch, ((st.warning(why.reason, why.message),) if is_new else ())
 

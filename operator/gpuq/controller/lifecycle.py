@@ -171,16 +171,6 @@ def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverCo
         if ("conditions" in extra and job.checkpoint_error)
         else ()
     )
-    if s.phase is None:
-        status = st.patch(
-            s,
-            phase=Phase.QUEUED,
-            gpus=spec.workers.replicas * spec.workers.gpus_per_worker,
-            observed_generation=job.generation,
-            **extra,
-        )
-        return Plan(job.key, status, (st.normal("Queued", f"queued in GPUQueue {spec.queue}"), *events))
-
     current = [p for p in pods if p.attempt == s.attempt]
     placed = s.phase in PLACED_PHASES
     stale = tuple(p.key for p in pods if p.live and not p.deleting and (not placed or p.attempt != s.attempt))
@@ -215,5 +205,5 @@ def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverCo
     if s.phase == Phase.ADMITTED and all(p.phase in ("Running", "Succeeded") for p in by_rank.values()):
         msg = f"all {spec.workers.replicas} workers running"
         status = st.patch(s, phase=Phase.RUNNING, message=msg, started_at=st.when(now), **extra)
-        return Plan(job.key, status, (*events, st.normal("Running", msg)), stale)
+        return Plan(job.key, status, events, stale)  # no Event: the phase says it, and it saves a write
     return Plan(job.key, st.patch(s, **extra), events, stale)

@@ -31,6 +31,8 @@ from gpuq.logs import get_logger
 
 log = get_logger("gpuq.loop")
 
+POSITION_REFRESH_SECONDS = 5.0
+
 ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
 
 
@@ -66,6 +68,7 @@ class SchedulingLoop:
         self._dirty = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
+        self._position_written: dict[str, float] = {}
 
     # -- waking ------------------------------------------------------------------------------
     def mark_dirty(self) -> None:
@@ -122,6 +125,7 @@ class SchedulingLoop:
             preempt=[p.victim for p in decisions.preempt],
             restart=[r.job for r in decisions.restart],
             busy=len(self.writer.busy),
+            schedule_ms=round((time.perf_counter() - t0) * 1000, 2),
         )
         self._apply(decisions, view, now, failed)
         self._publish_queues(decisions, view)
@@ -129,6 +133,8 @@ class SchedulingLoop:
             min((t for t in (view.wake_at, self.tracker.next_deadline()) if t is not None), default=None)
         )
         self.builder.forget_missing(self.cache)
+        for key in [k for k in self._position_written if k not in self.cache.jobs]:
+            del self._position_written[key]
         self.metrics.cycle.observe(time.perf_counter() - started)
         return decisions
 
@@ -147,7 +153,7 @@ class SchedulingLoop:
                 continue
             plan = lifecycle.observe(job, self.cache.pods_of(key, job.uid), now, self.config.failover)
             if plan:
-                self.writer.submit(key, partial(self._run_plan, job, plan, failed))
+                self.writer.submit(key, partial(self._run_plan, job, plan, failed), minor=True)
         orphans = self.cache.orphans()
         if orphans:
             self.writer.submit("orphans", partial(self.writer.delete_pods, [p.key for p in orphans], failed))
@@ -199,6 +205,10 @@ class SchedulingLoop:
             self.writer.submit(p.victim, partial(self._evict, victim, ev, now, failed))
 
     async def _request_checkpoint(self, victim: JobEntry, ev: Eviction) -> None:
+        fresh = self.writer.current(victim)
+        if fresh is None:
+            return
+        victim = fresh
         grace = ev.deadline - ev.requested_at
         msg = f"preempted by {ev.for_job} ({ev.reason}); waiting up to {grace:.0f}s for a checkpoint"
         live = [p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and not p.deleting]
@@ -222,6 +232,10 @@ class SchedulingLoop:
         )
 
     async def _evict(self, victim: JobEntry, ev: Eviction, now: float, failed: frozenset[str]) -> None:
+        fresh = self.writer.current(victim)
+        if fresh is None or fresh.status.phase not in PLACED_PHASES:
+            return
+        victim = fresh
         msg = f"preempted by {ev.for_job}: {ev.reason}"
         status = lifecycle.evict_status(
             victim, Phase.PREEMPTED, msg, now, self.config.failover, count_restart=False, reason="Preempted"
@@ -263,15 +277,24 @@ class SchedulingLoop:
             if job is None or pending.job in self.writer.busy:
                 continue
             patch = intents.pending_status(job, pending, now)
-            if patch:
-                self.writer.submit(pending.job, partial(self._patch, job, patch))
+            if patch.keys() == {"queuePosition"}:
+                # Positions shift with every admission: refresh them at most every few seconds.
+                due = self._position_written.get(pending.job, 0.0) + POSITION_REFRESH_SECONDS
+                if now < due:
+                    self.wake_at(due)
+                    continue
+            submitted = bool(patch) and self.writer.submit(
+                pending.job, partial(self._patch, job, patch), minor=True
+            )
+            if submitted and "queuePosition" in patch:
+                self._position_written[pending.job] = now
         for key, why in view.excluded.items():
             job = self.cache.jobs.get(key)
             if job is None or key in self.writer.busy:
                 continue
             patch, events = intents.blocked_status(job, why, now)
             if patch or events:
-                self.writer.submit(key, partial(self._patch, job, patch, events))
+                self.writer.submit(key, partial(self._patch, job, patch, events), minor=True)
 
     async def _patch(self, job: JobEntry, patch: dict[str, Any], events: tuple[st.Event, ...] = ()) -> None:
         fresh = await self.writer.patch_job_status(job, patch)
@@ -281,6 +304,10 @@ class SchedulingLoop:
     async def _restart(
         self, job: JobEntry, r: Restart, admit: Admit | None, now: float, failed: frozenset[str]
     ) -> None:
+        fresh = self.writer.current(job)
+        if fresh is None or fresh.status.phase not in PLACED_PHASES:
+            return
+        job = fresh
         pods = self.cache.pods_of(job.key, job.uid)
         why = f"node(s) {', '.join(r.failed_nodes)} failed: {r.reason}" if r.failed_nodes else r.reason
         plan = lifecycle.fail_or_restart(
@@ -332,4 +359,4 @@ class SchedulingLoop:
             )
             key = f"gpuqueue/{name}"
             if patch and key not in self.writer.busy:
-                self.writer.submit(key, partial(self.writer.patch_queue_status, name, patch))
+                self.writer.submit(key, partial(self.writer.patch_queue_status, name, patch), minor=True)

@@ -79,6 +79,8 @@ class NodeEntry:
     not_ready_since: float | None = None  # when Ready last left True (or the node was created)
     deleting: bool = False
     error: str | None = None
+    # NotReady transitions (lastTransitionTime) seen by this operator, oldest first: flap damping.
+    not_ready_history: tuple[float, ...] = ()
 
 
 @dataclass(slots=True)

@@ -30,6 +30,11 @@ def service_name(job: str) -> str:
     return job
 
 
+def needs_service(spec: TrainingJobSpec) -> bool:
+    """Only a multi-worker gang needs DNS names for rendezvous; a single worker talks to itself."""
+    return spec.workers.replicas > 1
+
+
 def owner_reference(job_name: str, job_uid: str) -> dict[str, Any]:
     return {
         "apiVersion": meta.API_VERSION,
@@ -72,7 +77,9 @@ def worker_env(
 ) -> list[dict[str, str]]:
     """torch.distributed rendezvous variables plus gpuq's own (GPUQ_*)."""
     env = {
-        "MASTER_ADDR": f"worker-0.{service_name(job)}.{namespace}.svc",
+        "MASTER_ADDR": f"worker-0.{service_name(job)}.{namespace}.svc"
+        if needs_service(spec)
+        else "localhost",
         "MASTER_PORT": str(MASTER_PORT),
         "WORLD_SIZE": str(spec.workers.replicas),
         "RANK": str(rank),
@@ -127,7 +134,8 @@ def worker_pod(
     pod_spec["schedulerName"] = meta.SCHEDULER_NAME
     pod_spec.setdefault("restartPolicy", "Never")
     pod_spec["hostname"] = f"worker-{rank}"
-    pod_spec["subdomain"] = service_name(job)
+    if needs_service(spec):
+        pod_spec["subdomain"] = service_name(job)
     env = worker_env(namespace, job, spec, rank, attempt, restarts, resume)
     containers = pod_spec.get("containers") or []
     for container in containers:

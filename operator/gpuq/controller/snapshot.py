@@ -15,6 +15,7 @@ from typing import Any
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, PlacementEntry, TrainingJobSpec
 from gpuq.controller import selectors
 from gpuq.controller.cache import ClusterCache
+from gpuq.controller.nodehealth import OUT_OF_SERVICE_TAINT, damped_until
 from gpuq.controller.objects import JobEntry, NodeEntry, newer, parse_time
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.resources import add, pod_requests
@@ -36,11 +37,6 @@ from gpuq.core.model import (
     Topology,
     TopologyRequest,
     WorkerSpec,
-)
-
-# NoExecute taints the node lifecycle controller puts on nodes it has given up on.
-FAILURE_TAINTS = frozenset(
-    {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable", "node.kubernetes.io/out-of-service"}
 )
 
 
@@ -87,10 +83,10 @@ def node_path(name: str, labels: Mapping[str, str], topology: Topology) -> tuple
 
 
 def node_health(node: NodeEntry) -> Health:
-    """What the shell knows for sure. NotReady is passed on as `not_ready_since`: the core applies
-    the failover grace period itself."""
+    """What the shell knows for sure. NotReady (and the not-ready/unreachable taints that restate it)
+    is passed on as `not_ready_since`: the core applies the failover grace period itself."""
     if node.deleting or any(
-        t.effect == TaintEffect.NO_EXECUTE and t.key in FAILURE_TAINTS for t in node.taints
+        t.effect == TaintEffect.NO_EXECUTE and t.key == OUT_OF_SERVICE_TAINT for t in node.taints
     ):
         return Health.FAILED
     if node.unschedulable:
@@ -299,6 +295,8 @@ class SnapshotBuilder:
         for name in sorted(cache.nodes):
             entry = cache.nodes[name]
             wake.append(grace_ends(entry, now, config.failover.not_ready_grace_seconds))
+            damped = damped_until(entry, now, config.failover)
+            wake.append(damped)
             # The device plugin lowers allocatable below capacity when GPUs turn unhealthy.
             lost_gpus = entry.capacity_gpus > entry.allocatable.gpus
             nodes.append(
@@ -313,6 +311,7 @@ class SnapshotBuilder:
                     used_by_others=others.get(name, Resources()),
                     not_ready_since=None if entry.ready else entry.not_ready_since,
                     healthy_gpus=entry.allocatable.gpus if lost_gpus else None,
+                    flapping=damped is not None,
                 )
             )
         # Nodes deleted under running jobs: keep them, failed, so the core plans the failover.

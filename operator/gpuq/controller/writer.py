@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from gpuq.api import meta
-from gpuq.api.trainingjob import Phase
+from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller import intents, kubeapi, pods
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
@@ -34,6 +34,9 @@ log = get_logger("gpuq.writer")
 
 # How long an admission waits for the previous attempt's pods to leave its nodes.
 OLD_PODS_TIMEOUT = 60.0
+# Gangs being created and bound at once. Bounded so that, under a burst, early admissions finish
+# early instead of all advancing in lockstep; the API server's throughput is the same either way.
+ADMISSIONS_IN_FLIGHT = 16
 
 
 class AdmissionFailed(Exception):
@@ -55,19 +58,28 @@ class Writer:
         self.on_done = on_done
         self.clock = clock
         self.busy: set[str] = set()
+        self._next: dict[str, Callable[[], Awaitable[object]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._instance = os.environ.get("HOSTNAME", "gpuq")
+        self._admissions = asyncio.Semaphore(ADMISSIONS_IN_FLIGHT)
 
     # -- task management -----------------------------------------------------------------------
-    def submit(self, key: str, work: Callable[[], Awaitable[object]]) -> bool:
-        """Run `work` for `key` unless something for that key is already in flight."""
+    def submit(self, key: str, work: Callable[[], Awaitable[object]], minor: bool = False) -> bool:
+        """Run `work` for `key`, one task per key at a time. If the key is busy, `minor` work (a
+        status refresh the next cycle recomputes anyway) is dropped; other work (an admission)
+        runs right after the current task, replacing any work already waiting there."""
         if key in self.busy:
+            if not minor:
+                self._next[key] = work
             return False
         self.busy.add(key)
+        self._start(key, work)
+        return True
+
+    def _start(self, key: str, work: Callable[[], Awaitable[object]]) -> None:
         task = asyncio.create_task(self._run(key, work), name=f"gpuq-write:{key}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return True
 
     async def _run(self, key: str, work: Callable[[], Awaitable[object]]) -> None:
         try:
@@ -78,7 +90,11 @@ class Writer:
         except Exception:
             log.exception("write crashed", key=key)
         finally:
-            self.busy.discard(key)
+            follow_up = self._next.pop(key, None)
+            if follow_up is not None:
+                self._start(key, follow_up)
+            else:
+                self.busy.discard(key)
             self.on_done()
 
     async def drain(self) -> None:
@@ -182,7 +198,16 @@ class Writer:
         return job
 
     # -- admission -----------------------------------------------------------------------------
+    def current(self, job: JobEntry) -> JobEntry | None:
+        """The cache's entry for the same job now (work may run after other writes to it)."""
+        fresh = self.cache.jobs.get(job.key)
+        return fresh if fresh is not None and fresh.uid == job.uid and not fresh.deleting else None
+
     async def admit(self, job: JobEntry, decision: Admit) -> None:
+        fresh = self.current(job)
+        if fresh is None or fresh.status.phase in (*PLACED_PHASES, *FINISHED_PHASES):
+            return  # deleted, or placed/finished since the decision: the next cycle decides again
+        job = fresh
         now = self.clock()
         attempt = job.status.attempt + 1
         self.cache.assume(job.key, attempt, decision.placement, now)
@@ -193,7 +218,8 @@ class Writer:
             raise
         try:
             await self._wait_for_previous_pods(job.key, attempt)
-            await self._ensure_gang(job, attempt, decision.placement)
+            async with self._admissions:
+                await self._ensure_gang(job, attempt, decision.placement)
         except (ApiError, OSError, TimeoutError, AdmissionFailed) as exc:
             await self._rollback(job, attempt, exc)
             return
@@ -230,14 +256,15 @@ class Writer:
             raise AdmissionFailed(
                 f"placement has {len(placement)} ranks, job needs {spec and spec.workers.replicas}"
             )
-        try:
-            await self.api.create(
-                f"/api/v1/namespaces/{job.namespace}/services",
-                pods.rendezvous_service(job.namespace, job.name, job.uid),
-            )
-        except ApiError as exc:
-            if not exc.conflict:
-                raise
+        if pods.needs_service(spec):
+            try:
+                await self.api.create(
+                    f"/api/v1/namespaces/{job.namespace}/services",
+                    pods.rendezvous_service(job.namespace, job.name, job.uid),
+                )
+            except ApiError as exc:
+                if not exc.conflict:
+                    raise
         resume = newer(job.status.last_checkpoint, job.checkpoint) if job.status.attempt > 1 else None
         names = [pods.pod_name(job.name, attempt, r) for r in range(len(placement))]
 
