@@ -17,8 +17,8 @@ CFG = SchedulerConfig(failover=FailoverConfig(node_flap_threshold=3, node_flap_w
 def flap(cache: ClusterCache, name: str, *down_at: float) -> None:
     """The watch events of a node going NotReady at each time and Ready again a second later."""
     for t in down_at:
-        cache.upsert_node(node(name, ready=False, since=t, resourceVersion=None))
-        cache.upsert_node(node(name, ready=True, since=t + 1, resourceVersion=None))
+        cache.upsert_node(node(name, ready=False, since=t))
+        cache.upsert_node(node(name, ready=True, since=t + 1))
 
 
 def test_history_records_each_not_ready_transition_once() -> None:
