@@ -36,6 +36,23 @@ def kubectl(cluster: E2ECluster) -> str:
     return found
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def metrics(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text: str = resp.read().decode()
+        return text
+
+
 def service_account_kubeconfig(cluster: E2ECluster, path: Path) -> Path:
     """A kubeconfig that authenticates as system:serviceaccount:gpuq-system:gpuq-operator."""
     request = k8s.AuthenticationV1TokenRequest(
@@ -70,7 +87,11 @@ def operator(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> I
     )
     # The in-cluster Deployment cannot run here (no image); run the same command as its ServiceAccount.
     kubeconfig = service_account_kubeconfig(cluster, work / "sa.kubeconfig")
-    op = OperatorProcess(kubeconfig, work / "operator.log", log_level="DEBUG").start()
+    port = free_port()
+    op = OperatorProcess(
+        kubeconfig, work / "operator.log", log_level="DEBUG", extra_args=("--metrics-port", str(port))
+    ).start()
+    op.metrics_port = port  # type: ignore[attr-defined]
     yield op
     op.stop()
     print(f"operator log: {op.log_path}")
@@ -98,3 +119,8 @@ def test_operator_works_with_the_installed_rbac_only(
     assert "Forbidden" not in log and '"403' not in log and "403 " not in log, operator.log_tail()
     assert '"no scheduler config map' not in log  # read ConfigMap gpuq-scheduler-config via its Role
     assert {"CheckpointRequested", "Preempted"} <= {e.reason for e in gpuq.events(ns, "low")}
+    text = metrics(operator.metrics_port)  # type: ignore[attr-defined]
+    assert f'gpuq_admissions_total{{queue="{q}"}} 3.0' in text  # low, high, low again
+    assert f'gpuq_preemptions_total{{queue="{q}"}} 1.0' in text
+    assert f'gpuq_queue_used_gpus{{queue="{q}"}} 16.0' in text
+    assert "gpuq_cycle_seconds_count" in text and "gpuq_schedule_seconds_bucket" in text

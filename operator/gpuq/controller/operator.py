@@ -152,11 +152,19 @@ async def operate(
 
 
 def run_operator(options: OperatorOptions) -> int:
+    """Exit codes: 0 stopped by a signal, 2 bad configuration or credentials."""
+    from kubernetes.config import ConfigException
+
     logging.getLogger("kopf").setLevel(logging.WARNING)
     logging.getLogger("aiohttp").setLevel(logging.WARNING)
     try:
+        if options.config_path is not None:
+            load_config(options.config_path)  # fail before connecting to anything
         asyncio.run(operate(options))
     except ConfigError as exc:
         log.error("bad scheduler config", error=str(exc))
+        return 2
+    except ConfigException as exc:
+        log.error("no usable kubeconfig or in-cluster credentials", error=str(exc))
         return 2
     return 0
