@@ -218,6 +218,15 @@ class GpuqClient:
             if exc.status != 404:
                 raise
 
+    def clear_namespace(self, namespace: str, timeout: float = 60) -> None:
+        """Delete every TrainingJob and pod of the namespace and wait until the pods (and so the GPUs
+        they hold) are gone; the namespace stays."""
+        for job in self.jobs(namespace):
+            self.delete_job(namespace, job["metadata"]["name"])
+        self.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        pods = self.core.list_namespaced_pod
+        _wait(lambda: not pods(namespace).items, timeout, f"pods of {namespace} gone")
+
     def status(self, namespace: str, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.job(namespace, name).get("status") or {}
         return result
