@@ -38,7 +38,7 @@ def spec(**template_spec: object) -> TrainingJobSpec:
 
 
 def env_of(container: dict[str, object]) -> dict[str, str]:
-    return {e["name"]: e["value"] for e in container["env"]}  # type: ignore[index,union-attr,attr-defined]
+    return {e["name"]: e.get("value") for e in container["env"]}  # type: ignore[index,union-attr,attr-defined]
 
 
 def test_worker_pod_carries_gang_identity_and_rendezvous() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from gpuq.api import meta
 from gpuq.api.trainingjob import CheckpointReport, TrainingJobSpec
+from gpuq.controller.podinfo import add_podinfo_volume, identity_env
 from gpuq.core.model import GPU
 
 MASTER_PORT = 29500
@@ -136,7 +137,8 @@ def worker_pod(
     pod_spec["hostname"] = f"worker-{rank}"
     if needs_service(spec):
         pod_spec["subdomain"] = service_name(job)
-    env = worker_env(namespace, job, spec, rank, attempt, restarts, resume)
+    env = worker_env(namespace, job, spec, rank, attempt, restarts, resume) + identity_env()
+    add_podinfo_volume(pod_spec)  # gpuq.sdk: the pod's own name and live annotations
     containers = pod_spec.get("containers") or []
     for container in containers:
         _with_env(container, env)
