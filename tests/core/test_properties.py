@@ -122,6 +122,12 @@ def test_quota_borrowing_and_lending_limits(sc: Scenario) -> None:
         for m, limit in q.model_quotas.items():
             if m in added:
                 assert model_usage[q.name][m] <= limit, f"{a.job}: {m} quota {limit} exceeded"
+        if q.cohort is not None:
+            # Within nominal or not: GPUs a queue lent out are not free for it (reclaim or wait).
+            peers = [p for p in queues.values() if p.cohort == q.cohort]
+            assert sum(borrowed(p.name) for p in peers) <= sum(lent(p.name) for p in peers), (
+                f"{a.job}: cohort {q.cohort} borrows more than it lends"
+            )
         if usage[q.name] <= q.nominal_gpus:
             assert a.borrowed_gpus == 0
             continue
@@ -129,8 +135,6 @@ def test_quota_borrowing_and_lending_limits(sc: Scenario) -> None:
         assert a.borrowed_gpus == min(j.workers.total_gpus, usage[q.name] - q.nominal_gpus)
         if q.borrowing_limit_gpus is not None:
             assert borrowed(q.name) <= q.borrowing_limit_gpus
-        peers = [p for p in queues.values() if p.cohort == q.cohort]
-        assert sum(borrowed(p.name) for p in peers) <= sum(lent(p.name) for p in peers if p.name != q.name)
     for qn, used in d.queue_usage.items():
         assert used == usage.get(qn, 0), f"queue {qn}: reported {used}, replayed {usage.get(qn, 0)}"
 

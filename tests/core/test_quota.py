@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuq.core.decisions import PendingCode
 
-from .helpers import admitted, cluster, codes, job, queue, run, snap
+from .helpers import admitted, cluster, codes, job, never_preempt, pending, queue, run, snap
 
 NODES = cluster(racks=2, nodes_per_rack=4)  # 64 GPUs
 
@@ -91,3 +91,26 @@ def test_evicting_jobs_do_not_count_against_quota() -> None:
     d = run(snap(NODES, [queue(nominal=8)], jobs))
     assert set(admitted(d)) == {"ns/new"}
     assert admitted(d)["ns/new"] != ("n0000",)
+
+
+def test_lender_within_nominal_cannot_take_back_lent_gpus_without_reclaim() -> None:
+    """GPUs a queue lent are not free for it while a peer borrows them, even on an idle cluster:
+    admitting it anyway would run the cohort above its total quota."""
+    qs = [
+        queue("a", nominal=16, cohort="c", preemption=never_preempt()),
+        queue("b", nominal=16, cohort="c"),
+    ]
+    borrower = job("ns/b-big", queue="b", replicas=4, gpus=8, on=["n0000", "n0001", "n0002", "n0003"])
+    d = run(snap(NODES, qs, [borrower, job("ns/a1", queue="a", replicas=2, gpus=8)]))
+    assert d.admit == () and d.preempt == ()
+    assert codes(d)["ns/a1"] == PendingCode.QUOTA
+    assert "peers borrow 16 of its lent GPUs" in pending(d)["ns/a1"]
+
+
+def test_lender_within_nominal_reclaims_lent_gpus_by_preemption() -> None:
+    qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=16, cohort="c")]
+    own = job("ns/b-own", queue="b", replicas=2, gpus=8, on=["n0000", "n0001"])
+    lent = job("ns/b-lent", queue="b", replicas=2, gpus=8, on=["n0002", "n0003"])
+    d = run(snap(NODES, qs, [own, lent, job("ns/a1", queue="a", replicas=2, gpus=8)]))
+    assert [p.victim for p in d.preempt] in (["ns/b-own"], ["ns/b-lent"])  # one gang frees 16
+    assert codes(d)["ns/a1"] == PendingCode.PREEMPTING

@@ -166,7 +166,6 @@ class _Search:
         self.req = req
         self.weights = weights
         self.cands = cands
-        self.quota_short = 0
         self.quota_set: list[int] = []
 
     # -- statement helpers --
@@ -199,7 +198,7 @@ class _Search:
         """Greedy victims (indices into cands) for the domain, or None if even all of them do not do.
         node >= 0: the target is that single node (domain = its rack). The domain's candidates are
         taken in cost order until the gang's GPU slots suffice; if the job's own queue is short of
-        quota, the queue's cheapest own victims (`quota_set`) are added (verification prunes extras)."""
+        quota, the cheapest victims that cover it (`quota_set`) are added (verification prunes extras)."""
         st, tree, req = self.st, self.st.tree, self.req
         g, R = req.demand.gpus, req.replicas
         if not g:
@@ -229,21 +228,33 @@ class _Search:
                     break
             if slots < R:
                 return None
-        if self.quota_short:
+        if self.quota_set:
             taken = set(chosen)
             chosen.extend(ci for ci in self.quota_set if ci not in taken)
         return chosen
 
-    def _quota_victims(self, own: list[int]) -> list[int] | None:
-        """The queue's cheapest own victims whose GPUs cover its quota shortfall (None: they cannot)."""
-        out: list[int] = []
-        released = 0
-        for ci in own:
-            if released >= self.quota_short:
-                break
-            out.append(ci)
-            released += self.cands[ci].gpus
-        return out if released >= self.quota_short else None
+    def _quota_victims(self) -> list[int] | None:
+        """The cheapest victims whose release lets the queue's quota admit the job: its own
+        lower-priority work, or (reclaim) cohort peers' work running on GPUs this queue lent them.
+        Simulated on the quota book and rolled back; [] if the quota admits the job already, None if
+        even all of them do not do."""
+        if self._quota_ok():
+            return []
+        mark = self.st.begin()
+        try:
+            out: list[int] = []
+            for ci, v in enumerate(self.cands):
+                if v.evicting or (v.queue != self.q.name and not v.reclaim):
+                    continue
+                if not self._still_allowed(v, {}):
+                    continue  # that peer no longer borrows
+                self._release(v, 1)
+                out.append(ci)
+                if self._quota_ok():
+                    return out
+            return None
+        finally:
+            self.st.rollback(mark)
 
     # -- verification --
 
@@ -318,24 +329,6 @@ class _Search:
                         bounds[dom] = (max(bound[0], v.gpus), min(bound[1], rate))
         return buckets, bounds
 
-    def _quota_short(self) -> int:
-        """GPUs the job's own queue must release before its quota admits the job (0: fits now).
-        The check is monotone in the released amount, so a binary search finds the least."""
-        book, q, gpus = self.book, self.q, self.quota_gpus
-        if book.check(q, gpus).ok:
-            return 0
-        hi = max(gpus, 0) + book.used(q.name)
-        if not book.check(q, gpus - hi).ok:
-            return hi + 1  # cannot be reached by releasing this queue's own work
-        lo = 0  # check fails at lo, holds at hi
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if book.check(q, gpus - mid).ok:
-                hi = mid
-            else:
-                lo = mid
-        return hi
-
     def _lower_bound(
         self, bucket: list[int], bound: tuple[int, float], need: int, quota_cost: Cost, quota: set[int]
     ) -> Cost:
@@ -361,11 +354,9 @@ class _Search:
             depths: Sequence[int] = range(L, max(req.required_depth, start) - 1, -1)
         else:
             depths = range(L, start - 1, -1)
-        own = [ci for ci, v in enumerate(self.cands) if v.queue == self.q.name and not v.evicting]
-        self.quota_short = self._quota_short()
-        quota_set = self._quota_victims(own)
+        quota_set = self._quota_victims()
         if quota_set is None or not any(p.size for p in pools):
-            return None  # even evicting all of its own lower-priority work leaves the quota short
+            return None  # even evicting every allowed victim leaves the quota short
         self.quota_set = quota_set
         quota_members = set(quota_set)
         quota_cost = set_cost([self.cands[ci] for ci in quota_set])

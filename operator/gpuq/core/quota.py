@@ -7,7 +7,8 @@ Semantics (docs/scheduling.md, "Quota"):
 - In a cohort, q lends min(lendable(q), nominal(q) - usage(q)) when below nominal, where lendable(q) is
   lendingLimitGPUs (default: all of its nominal). Borrowed(q) = max(0, usage - nominal). A request
   that takes q above nominal is admitted only if borrowed(q) stays <= borrowingLimitGPUs (default: no
-  limit) and the cohort's total borrowed stays <= the cohort's total lent.
+  limit). Every admission in a cohort, within nominal or not, must keep the cohort's total borrowed
+  <= its total lent: GPUs q lent out come back to q only by reclaim (preemption) or release.
 - Fair share: share(q) = borrowed(q) / weight(q). Among queue heads that need to borrow, the lowest
   share goes first, so spare cohort capacity is split in proportion to weights.
 - modelQuotas {model: GPUs}: a cap on top of nominal for GPUs of that model, never borrowed or lent.
@@ -72,8 +73,13 @@ class QuotaBook:
 
     def lent(self, q: Queue) -> int:
         """GPUs q currently lends to its cohort."""
+        return self._lendable(q, self.used(q.name))
+
+    @staticmethod
+    def _lendable(q: Queue, used: int) -> int:
+        """GPUs q lends to its cohort while it uses `used`: its unused nominal, up to its lending limit."""
         limit = q.nominal_gpus if q.lending_limit_gpus is None else min(q.lending_limit_gpus, q.nominal_gpus)
-        return max(0, min(limit, q.nominal_gpus - self.used(q.name)))
+        return max(0, min(limit, q.nominal_gpus - used))
 
     def share(self, q: Queue) -> float:
         return self.borrowed(q) / q.weight if q.weight > 0 else float(self.borrowed(q)) * 1e9
@@ -98,12 +104,11 @@ class QuotaBook:
     def check(self, q: Queue, gpus: int) -> QuotaCheck:
         used = self.used(q.name)
         after = used + gpus
-        if after <= q.nominal_gpus:
-            return OK
         if q.cohort is None:
+            if after <= q.nominal_gpus:
+                return OK
             return QuotaCheck(False, reason=f"queue {q.name} at quota {used}/{q.nominal_gpus}")
-        borrow_after = after - q.nominal_gpus
-        new_borrow = min(gpus, borrow_after)
+        borrow_after = max(0, after - q.nominal_gpus)
         if q.borrowing_limit_gpus is not None and borrow_after > q.borrowing_limit_gpus:
             return QuotaCheck(
                 False,
@@ -112,17 +117,24 @@ class QuotaBook:
                     f"but its borrowing limit is {q.borrowing_limit_gpus}"
                 ),
             )
+        # The cohort invariant must hold after the admission even when q stays within its nominal
+        # quota: GPUs q lent to peers are not free for q until they are reclaimed or released.
         lent, peers_borrowed = self.cohort_lends(q)
-        if peers_borrowed + borrow_after > lent:
-            free = max(0, lent - peers_borrowed)
-            return QuotaCheck(
-                False,
-                reason=(
+        lent_after = self._lendable(q, after)
+        if peers_borrowed + borrow_after > lent + lent_after:
+            if borrow_after == 0:
+                reason = (
+                    f"queue {q.name} within quota ({after}/{q.nominal_gpus}) but cohort {q.cohort} peers "
+                    f"borrow {peers_borrowed} of its lent GPUs; waiting for them to be reclaimed or released"
+                )
+            else:
+                free = max(0, lent - peers_borrowed)
+                reason = (
                     f"queue {q.name} at quota {used}/{q.nominal_gpus} and cohort {q.cohort} lends "
                     f"{free} (needs {borrow_after})"
-                ),
-            )
-        return QuotaCheck(True, borrowed=new_borrow)
+                )
+            return QuotaCheck(False, reason=reason)
+        return QuotaCheck(True, borrowed=min(gpus, borrow_after))
 
     def model_headroom(self, q: Queue) -> dict[str, int]:
         """GPUs left per quota'd model (models without a model quota are absent: unlimited)."""
