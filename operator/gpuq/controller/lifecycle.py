@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuq.api.meta import Condition
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller import status as st
 from gpuq.controller.objects import JobEntry, PodEntry, newer, parse_time
@@ -54,6 +55,22 @@ def lost_gpu_seconds(job: JobEntry, now: float) -> float:
     return max(0.0, now - since) * w.replicas * w.gpus_per_worker
 
 
+RESTARTS = "Restarts"  # condition whose message keeps the latest restarts, newest last
+HISTORY_ENTRIES = 10
+# Pod status reasons that blame the node, not the training code: the node joins status.failedNodes.
+NODE_REASONS = frozenset(
+    {"NodeLost", "Evicted", "NodeShutdown", "Terminated", "UnexpectedAdmissionError", "NodeAffinity"}
+)
+
+
+def restart_history(conds: Sequence[Condition], n: int, why: str, now: float) -> list[Condition]:
+    """Condition Restarts=True whose message lists the last HISTORY_ENTRIES restarts, one per line."""
+    old = st.condition(conds, RESTARTS)
+    lines = (old.message.splitlines() if old is not None else [])[-(HISTORY_ENTRIES - 1) :]
+    lines.append(f"#{n} {st.when(now)}: {why}")
+    return st.with_condition(conds, RESTARTS, True, "Restarted", "\n".join(lines), now)
+
+
 def evict_status(
     job: JobEntry,
     phase: Phase,
@@ -83,6 +100,7 @@ def evict_status(
         ),
     }
     if count_restart:
+        fields["conditions"] = restart_history(fields["conditions"], restarts, message, now)
         fields["not_before"] = st.when(now + backoff(restarts, cfg))
         fields["lost_gpu_seconds"] = round(s.lost_gpu_seconds + lost_gpu_seconds(job, now), 3)
     else:
@@ -118,6 +136,8 @@ def fail_or_restart(
         )
         return Plan(job.key, status, (st.warning(event_reason, msg),), live)
     msg = f"{why}; no restarts left (maxRestarts {job.spec.max_restarts})"
+    if s.restarts:
+        msg += f"; earlier restarts in condition {RESTARTS}"
     status = st.patch(
         s,
         phase=Phase.FAILED,
@@ -189,7 +209,8 @@ def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverCo
     if failed:
         p = failed[0]
         why = f"worker rank {p.rank} failed on {p.node_name}" + (f": {p.reason}" if p.reason else "")
-        plan = fail_or_restart(job, pods, why, now, cfg)
+        bad_node = (p.node_name,) if p.node_name and p.reason in NODE_REASONS else ()
+        plan = fail_or_restart(job, pods, why, now, cfg, failed_nodes=bad_node)
         return Plan(plan.job, {**st.patch(s, **extra), **plan.status}, plan.events, plan.delete_pods)
     vanished = [r for r in range(spec.workers.replicas) if r not in by_rank or by_rank[r].deleting]
     if vanished and s.phase == Phase.RUNNING:
