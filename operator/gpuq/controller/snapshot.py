@@ -102,13 +102,14 @@ def grace_ends(node: NodeEntry, now: float, grace: float) -> float | None:
     return end if end > now else None
 
 
-def _term(raw: Mapping[str, Any]) -> NodeSelectorTerm:
-    return NodeSelectorTerm(
-        tuple(
-            NodeSelectorRequirement(e["key"], e["operator"], tuple(e.get("values") or ()))
-            for e in raw.get("matchExpressions") or []
-        )
+def _requirements(raw: Any) -> tuple[NodeSelectorRequirement, ...]:
+    return tuple(
+        NodeSelectorRequirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in raw or []
     )
+
+
+def _term(raw: Mapping[str, Any]) -> NodeSelectorTerm:
+    return NodeSelectorTerm(_requirements(raw.get("matchExpressions")), _requirements(raw.get("matchFields")))
 
 
 def _toleration(raw: Mapping[str, Any]) -> Toleration:

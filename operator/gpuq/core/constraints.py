@@ -8,6 +8,7 @@ weights, minus a penalty per untolerated PreferNoSchedule taint.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable, Mapping
 
 from gpuq.core.model import (
@@ -25,6 +26,10 @@ from gpuq.core.model import (
 # (Kubernetes caps those at 100), so avoiding such a taint outranks an affinity preference.
 PREFER_NO_SCHEDULE_PENALTY = 101
 OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+# matchFields: Kubernetes supports exactly one node field, with In/NotIn.
+NODE_FIELDS = frozenset({"metadata.name"})
+FIELD_OPERATORS = frozenset({"In", "NotIn"})
+_INTEGER = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt accepts (Python's int() takes "1_0")
 HARD_EFFECTS = (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE)
 
 # Names of the hard filters, in the order they are applied (used to name the binding one).
@@ -32,6 +37,7 @@ F_SELECTOR = "nodeSelector"
 F_AFFINITY = "required node affinity"
 F_TAINTS = "taints"
 F_MODELS = "gpuModels"
+FILTERS = (F_SELECTOR, F_AFFINITY, F_TAINTS, F_MODELS)
 
 
 def node_model(node: Node, label: str) -> str | None:
@@ -63,10 +69,7 @@ def untolerated(
 
 
 def _as_int(value: str) -> int | None:
-    try:
-        return int(value)
-    except ValueError:
-        return None
+    return int(value) if _INTEGER.fullmatch(value) else None
 
 
 def requirement_holds(labels: Mapping[str, str], req: NodeSelectorRequirement) -> bool:
@@ -90,8 +93,14 @@ def requirement_holds(labels: Mapping[str, str], req: NodeSelectorRequirement) -
     return False
 
 
-def term_holds(labels: Mapping[str, str], term: NodeSelectorTerm) -> bool:
-    return all(requirement_holds(labels, r) for r in term.match_expressions)
+def term_holds(node: Node, term: NodeSelectorTerm) -> bool:
+    """Every expression holds on the node's labels and every field requirement on its fields; an empty
+    term selects nothing (as in Kubernetes, where it is skipped)."""
+    if not term.match_expressions and not term.match_fields:
+        return False
+    if not all(requirement_holds(node.labels, r) for r in term.match_expressions):
+        return False
+    return all(requirement_holds({"metadata.name": node.name}, r) for r in term.match_fields)
 
 
 def first_failed_filter(node: Node, c: Constraints, model_label: str) -> str | None:
@@ -100,7 +109,7 @@ def first_failed_filter(node: Node, c: Constraints, model_label: str) -> str | N
     for key, value in c.node_selector.items():
         if labels.get(key) != value:
             return F_SELECTOR
-    if c.required_terms and not any(term_holds(labels, t) for t in c.required_terms):
+    if c.required_terms and not any(term_holds(node, t) for t in c.required_terms):
         return F_AFFINITY
     if untolerated(node, c.tolerations, HARD_EFFECTS):
         return F_TAINTS
@@ -111,7 +120,7 @@ def first_failed_filter(node: Node, c: Constraints, model_label: str) -> str | N
 
 def preference_score(node: Node, c: Constraints) -> int:
     """Higher is better: matched preferred-affinity weights minus PreferNoSchedule penalties."""
-    score = sum(p.weight for p in c.preferred_terms if term_holds(node.labels, p.term))
+    score = sum(p.weight for p in c.preferred_terms if term_holds(node, p.term))
     bad = untolerated(node, c.tolerations, (TaintEffect.PREFER_NO_SCHEDULE,))
     return score - PREFER_NO_SCHEDULE_PENALTY * len(bad)
 
@@ -137,9 +146,21 @@ def invalid_constraints(c: Constraints) -> str | None:
                 return f"node affinity {r.operator} on {r.key!r} needs exactly one integer value"
             if r.operator in ("In", "NotIn") and not r.values:
                 return f"node affinity {r.operator} on {r.key!r} needs at least one value"
+            if r.operator in ("Exists", "DoesNotExist") and r.values:
+                return f"node affinity {r.operator} on {r.key!r} takes no values"
+        for r in term.match_fields:
+            if r.key not in NODE_FIELDS or r.operator not in FIELD_OPERATORS or len(r.values) != 1:
+                return (
+                    f"node affinity matchFields supports only metadata.name with In/NotIn and one value "
+                    f"(got {r.key!r} {r.operator} {list(r.values)})"
+                )
     for t in c.tolerations:
         if t.operator not in ("Equal", "Exists"):
             return f"toleration operator {t.operator!r} is not Equal or Exists"
+        if t.operator == "Exists" and t.value:
+            return f"toleration of {t.key!r} with operator Exists must not have a value"
+        if not t.key and t.operator != "Exists":
+            return "a toleration with an empty key must use operator Exists"
     return None
 
 
@@ -149,12 +170,25 @@ def describe(c: Constraints) -> str:
     if c.gpu_models:
         parts.append(f"gpuModels [{', '.join(c.gpu_models)}]")
     if c.node_selector:
-        parts.append(
-            "nodeSelector {" + ", ".join(f"{k}: {v}" for k, v in sorted(c.node_selector.items())) + "}"
-        )
+        parts.append(f"nodeSelector {selector_text(c)}")
     if c.required_terms:
         parts.append("required node affinity")
     if c.tolerations:
-        keys = sorted({t.key or "*" for t in c.tolerations})
-        parts.append(f"tolerating {', '.join(keys)}")
+        parts.append(f"tolerating {', '.join(sorted({toleration_text(t) for t in c.tolerations}))}")
     return ", ".join(parts)
+
+
+def selector_text(c: Constraints) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in sorted(c.node_selector.items())) + "}"
+
+
+def toleration_text(t: Toleration) -> str:
+    """kubectl-like form: "dedicated=team-x", "dedicated:NoSchedule", "*" (tolerates everything)."""
+    text = t.key or "*"
+    if t.operator == "Equal" and t.value:
+        text += f"={t.value}"
+    return text + (f":{t.effect}" if t.effect is not None else "")
+
+
+def taint_text(t: Taint) -> str:
+    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"

@@ -14,7 +14,16 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from gpuq.core.config import SchedulerConfig
-from gpuq.core.constraints import constraints_key, first_failed_filter, is_schedulable, node_model
+from gpuq.core.constraints import (
+    F_TAINTS,
+    HARD_EFFECTS,
+    constraints_key,
+    first_failed_filter,
+    is_schedulable,
+    node_model,
+    taint_text,
+    untolerated,
+)
 from gpuq.core.fit import Demand, Extra, extra_of
 from gpuq.core.model import Job, Node, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
@@ -34,6 +43,9 @@ class Eligibility:
 
     nodes: tuple[int, ...]
     rejected_by: tuple[tuple[str, int], ...]
+    # Untolerated NoSchedule/NoExecute taints ("key=value:Effect") of the nodes the taints filter rejected,
+    # with how many of those nodes carry each: what a pending reason names.
+    taints: tuple[tuple[str, int], ...] = ()
 
 
 def _add_extra(target: dict[str, int] | None, extra: Extra, sign: int) -> dict[str, int] | None:
@@ -376,6 +388,7 @@ class ClusterIndex:
         label = self.config.gpu_model_label
         ok: list[int] = []
         rejected: dict[str, int] = {}
+        taints: dict[str, int] = {}
         for i, nd in enumerate(self.nodes):
             if not self.schedulable[i]:
                 continue
@@ -384,7 +397,10 @@ class ClusterIndex:
                 ok.append(i)
             else:
                 rejected[failed] = rejected.get(failed, 0) + 1
-        result = Eligibility(tuple(ok), tuple(sorted(rejected.items())))
+                if failed == F_TAINTS:
+                    for t in {taint_text(t) for t in untolerated(nd, c.tolerations, HARD_EFFECTS)}:
+                        taints[t] = taints.get(t, 0) + 1
+        result = Eligibility(tuple(ok), tuple(sorted(rejected.items())), tuple(sorted(taints.items())))
         if len(self.eligibility_cache) > 256:
             self.eligibility_cache.clear()
         self.eligibility_cache[key] = result

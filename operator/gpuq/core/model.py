@@ -84,9 +84,11 @@ class NodeSelectorRequirement:
 
 @dataclass(frozen=True, slots=True)
 class NodeSelectorTerm:
-    """All requirements of a term must hold (AND); a job's terms are ORed, as in Kubernetes."""
+    """All requirements of a term must hold (AND); a job's terms are ORed, as in Kubernetes. A term with
+    neither expressions nor fields selects no node."""
 
-    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()  # on node labels
+    match_fields: tuple[NodeSelectorRequirement, ...] = ()  # on node fields: only metadata.name exists
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from gpuq.core.constraints import F_MODELS, describe
+from gpuq.core.constraints import F_MODELS, F_SELECTOR, F_TAINTS, FILTERS, describe, selector_text
 from gpuq.core.decisions import PendingCode
 from gpuq.core.fit import Demand
 from gpuq.core.index import Eligibility
@@ -21,20 +21,30 @@ def shape(replicas: int, d: Demand) -> str:
 
 
 def unschedulable_reason(job: Job, el: Eligibility) -> str:
-    """No schedulable node passes the job's hard filters: name the filter that rejected most."""
+    """No schedulable node passes the job's hard filters. Filters apply in order (FILTERS), so the
+    binding one is the last that rejected a node: the nodes it rejected passed all the others."""
     c = job.constraints
     if not el.rejected_by:
         return "no schedulable node in the cluster"
-    if len(el.rejected_by) == 1 and el.rejected_by[0][0] == F_MODELS:
-        return f"no node matches gpuModels [{', '.join(c.gpu_models)}]"
-    worst = max(el.rejected_by, key=lambda kv: (kv[1], kv[0]))
-    detail = ", ".join(f"{n} by {f}" for f, n in sorted(el.rejected_by, key=lambda kv: (-kv[1], kv[0])))
+    counts = dict(el.rejected_by)
+    binding = max(counts, key=FILTERS.index)
+    scope = "matching its other constraints" if len(counts) > 1 else "schedulable"
+    if binding == F_MODELS:
+        head = f"no node matches gpuModels [{', '.join(c.gpu_models)}]"
+        if len(counts) == 1:
+            return head
+        head += f" among the nodes {scope}"
+    elif binding == F_TAINTS:
+        worst = sorted(el.taints, key=lambda kv: (-kv[1], kv[0]))[:3]
+        taints = ", ".join(f"{t} ({n} node{'s' if n > 1 else ''})" for t, n in worst)
+        head = f"every node {scope} has a taint the job does not tolerate: {taints}"
+    elif binding == F_SELECTOR:
+        head = f"no schedulable node matches nodeSelector {selector_text(c)}"
+    else:
+        head = f"no schedulable node matches the job's {binding}"
     what = describe(c)
-    return (
-        f"no schedulable node matches the job's {worst[0]}"
-        + (f" ({what})" if what else "")
-        + (f"; nodes rejected: {detail}")
-    )
+    detail = ", ".join(f"{n} by {f}" for f, n in sorted(counts.items(), key=lambda kv: FILTERS.index(kv[0])))
+    return head + (f" (job asks for {what})" if what else "") + f"; nodes rejected: {detail}"
 
 
 def _on(job: Job, pools: Sequence[Pool]) -> str:
@@ -77,6 +87,9 @@ def _placement_reason(
     on = _on(job, pools)
     need = shape(replicas, d)
     if not static.members:
+        el = st.ix.eligibility(job)
+        if not el.nodes:  # no node passes its constraints: name the one that binds
+            return unschedulable_reason(job, el), PendingCode.UNSCHEDULABLE
         return f"needs {need}; no eligible node{on}", PendingCode.UNSCHEDULABLE
     biggest = static.biggest
     if d.gpus > biggest:
