@@ -3,13 +3,8 @@ writes is exactly what the operator parses, tokens are re-read, failures come ba
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,40 +16,7 @@ from gpuq.controller.podinfo import PODINFO_DIR, PODINFO_VOLUME
 from gpuq.controller.pods import worker_pod
 from gpuq.sdk.rbac import worker_rbac
 
-
-class FakeApi:
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, dict[str, str], Any]] = []
-        self.status = 200
-        self.pod: dict[str, Any] = {"metadata": {"name": "job-1-0", "annotations": {}}}
-
-
-@pytest.fixture
-def api() -> Iterator[tuple[FakeApi, str]]:
-    state = FakeApi()
-
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            n = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(n)) if n else None
-            state.requests.append((self.command, self.path, dict(self.headers), body))
-            payload = state.pod if state.status == 200 else {"message": "pods is forbidden"}
-            data = json.dumps(payload).encode()
-            self.send_response(state.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_PATCH = _answer
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state, f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+from .conftest import FakeApi
 
 
 def ctx(server: str, tmp_path: Path, **extra: str) -> sdk.PodContext:
