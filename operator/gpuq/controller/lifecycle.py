@@ -18,6 +18,7 @@ from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller import status as st
 from gpuq.controller.objects import JobEntry, PodEntry, newer, parse_time
 from gpuq.core.config import FailoverConfig
+from gpuq.core.failover import backoff_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +38,7 @@ class Plan:
 def backoff(restarts: int, cfg: FailoverConfig) -> float:
     """Restart back-off, as the core applies it to failovers: the first restart is immediate, then
     base, 2x base, 4x base, ... capped at backoff_max_seconds."""
-    if restarts <= 1:
-        return 0.0
-    return float(min(cfg.backoff_base_seconds * 2 ** (restarts - 2), cfg.backoff_max_seconds))
+    return backoff_seconds(restarts - 1, cfg)  # the core counts the restarts before this one
 
 
 def lost_gpu_seconds(job: JobEntry, now: float) -> float:
