@@ -215,6 +215,21 @@ def test_a_mixed_gang_must_fit_every_model_quota() -> None:
     mixed = job("ns/m", replicas=2, gpus=4, constraints=needs(mixed_models=True))
     d = run(snap(nodes, [q], [mixed]))
     assert d.admit == ()  # one worker would take 4 H100 GPUs, over the quota of 2
+    assert pending(d)["ns/m"] == "queue q at model quota (H100 0/2); needs 4"  # per worker
+    assert codes(d)["ns/m"] == PendingCode.QUOTA
+
+
+def test_a_recovering_gang_takes_its_model_quota_along() -> None:
+    """Re-placed after a failure it keeps its nominal quota, but GPUs it moves onto a quota'd model
+    count there at once: later admissions in the same cycle cannot overrun that model."""
+    failing = node("a", gpu_model="A100", taints=(Taint("drain", "", TaintEffect.NO_EXECUTE),))
+    nodes = [failing, node("l", gpu_model="L4")]
+    q = queue(model_quotas={"L4": 4})
+    old = replace(job("ns/old", gpus=1), running=Running(("a",), 0.0))
+    new = job("ns/new", gpus=4, created=901, constraints=needs(gpu_models=("L4",)))
+    d = run(snap(nodes, [q], [old, new]))
+    assert admitted(d) == {"ns/old": ("l",)} and [r.job for r in d.restart] == ["ns/old"]
+    assert pending(d)["ns/new"] == "queue q at model quota (L4 1/4); needs 4"
 
 
 # ---- pending reasons name the constraint that binds -----------------------------------------------------

@@ -14,7 +14,7 @@ Phases (docs/scheduling.md):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -175,23 +175,34 @@ class _Cycle:
         R = job.workers.replicas
         depth = self._required_depth(job)
         st.use_all(r.old, d, -1)  # its own terminating pods' resources: reusable by itself only
-        tiers = st.pool_tiers(job, R, None)
-        p = None
-        # Nodes that failed under the job are avoided; when nothing else fits, a recovered one (now
-        # healthy, Ready and not flapping) beats waiting forever: placement skips unusable nodes anyway.
-        for exclude in (r.exclude, frozenset()) if r.exclude else (r.exclude,):
-            for dom in self._prefer_domains(r.previous):
-                p = place(st, tiers, Request(d, R, depth, dom, exclude), self.weights)
-                if p is not None:
-                    break
-            if p is not None:
-                break
+        # It keeps its nominal quota, but its model quota follows its GPUs: the new placement's models
+        # must have headroom once its old share is released.
+        old_models = dict(self.ix.job_models.get(job.key, ()))
+        self.book.add(job.queue, 0, {m: -g for m, g in old_models.items()})
+        allowed, model_reason = self._allowed_models(q, job, job.workers.total_gpus, d)
+
+        def search(tiers: list[list[Pool]]) -> Placement | None:
+            # Nodes that failed under the job are avoided; when nothing else fits, a recovered one (now
+            # healthy, Ready and not flapping) beats waiting forever: placement skips unusable nodes anyway.
+            for exclude in (r.exclude, frozenset()) if r.exclude else (r.exclude,):
+                for dom in self._prefer_domains(r.previous):
+                    p = place(st, tiers, Request(d, R, depth, dom, exclude), self.weights)
+                    if p is not None:
+                        return p
+            return None
+
+        p, tiers, capped = self._place_within_model_quota(q, job, d, allowed, search)
         if p is not None:
             st.use_all(p.assign, d, 1)
             self._hold_leftovers(r.old, p.assign, d)
+            self.book.add(job.queue, 0, self._models_of(p, d))
             self._admit(job, p, borrowed=0, restart=True, quota=False)
             return
+        self.book.add(job.queue, 0, old_models)
         st.use_all(r.old, d, 1)  # not re-placed: the old pods hold their resources until gone
+        if allowed == frozenset() or capped:
+            self._pend(job, capped or model_reason, PendingCode.QUOTA)
+            return
         if self._preempt(job, q, 0, d, Request(d, R, depth, 0, r.exclude), tiers) is _Outcome.WAITING:
             return
         reason, code = placement_reason(st, job, d, R, depth, tiers[-1], self.reason_memo)
@@ -298,13 +309,11 @@ class _Cycle:
         qc = book.check(q, G)
         quota_ok = qc.ok and allowed != frozenset()
         tiers: list[list[Pool]] | None = None
+        capped = ""
         if quota_ok:
-            tiers = st.pool_tiers(job, R, allowed)
-            p = place(st, tiers, Request(d, R, depth), self.weights)
-            if p is not None and not self._within_model_quota(q, p, d):
-                strict = self._single_model_allowed(q, G)
-                tiers = st.pool_tiers(job, R, strict) if strict else [[]]
-                p = place(st, tiers, Request(d, R, depth), self.weights) if strict else None
+            p, tiers, capped = self._place_within_model_quota(
+                q, job, d, allowed, lambda t: place(st, t, Request(d, R, depth), self.weights)
+            )
             if p is not None:
                 st.use_all(p.assign, d, 1)
                 self._admit(job, p, borrowed=qc.borrowed, restart=False, quota=True)
@@ -324,9 +333,9 @@ class _Cycle:
                 self._pend(job, unschedulable_reason(job, el), PendingCode.UNSCHEDULABLE)
                 return _Outcome.FAILED
         reason, code = placement_reason(st, job, d, R, depth, tiers[-1], self.reason_memo)
-        if allowed is not None and code == PendingCode.UNSCHEDULABLE:
+        if capped or (allowed is not None and code == PendingCode.UNSCHEDULABLE):
             # Only models the queue's model quota excludes could hold it.
-            self._pend(job, model_reason, PendingCode.QUOTA)
+            self._pend(job, capped or model_reason, PendingCode.QUOTA)
             return _Outcome.FAILED
         if (
             is_head
@@ -447,11 +456,41 @@ class _Cycle:
         allowed = frozenset(m for m in self.ix.models if m not in headroom or headroom[m] >= need)
         if allowed == frozenset(self.ix.models):
             return None, ""
+        full = frozenset(m for m in q.model_quotas if m not in allowed)
+        return allowed, f"queue {q.name} at model quota ({self._usage_text(q, full)}); needs {need}"
+
+    def _usage_text(self, q: Queue, models: frozenset[str]) -> str:
+        """e.g. "H100 16/16, L4 3/4": usage and quota of the given quota'd models."""
         used = self.book.model_usage.get(q.name, {})
-        full = ", ".join(
-            f"{m} {used.get(m, 0)}/{limit}" for m, limit in sorted(q.model_quotas.items()) if m not in allowed
+        return ", ".join(
+            f"{m} {used.get(m, 0)}/{lim}" for m, lim in sorted(q.model_quotas.items()) if m in models
         )
-        return allowed, f"queue {q.name} at model quota ({full}); needs {need}"
+
+    def _place_within_model_quota(
+        self,
+        q: Queue,
+        job: Job,
+        d: Demand,
+        allowed: frozenset[str] | None,
+        search: Callable[[list[list[Pool]]], Placement | None],
+    ) -> tuple[Placement | None, list[list[Pool]], str]:
+        """`search` over the pools of the allowed models; a mixed gang that would overrun one model's
+        quota is searched again on the models whose headroom holds the whole gang. The last item is a
+        reason when no model's headroom holds it."""
+        R, G = job.workers.replicas, job.workers.total_gpus
+        tiers = self.st.pool_tiers(job, R, allowed)
+        p = search(tiers)
+        if p is None or self._within_model_quota(q, p, d):
+            return p, tiers, ""
+        headroom = self.book.model_headroom(q)
+        over = frozenset(m for m, g in self._models_of(p, d).items() if g > headroom.get(m, g))
+        capped = f"queue {q.name} at model quota ({self._usage_text(q, over)}); needs {G}"
+        strict = self._single_model_allowed(q, G)
+        if not strict:
+            return None, [[]], capped
+        tiers = self.st.pool_tiers(job, R, strict)
+        p = search(tiers)
+        return p, tiers, "" if p is not None else capped
 
     def _single_model_allowed(self, q: Queue, G: int) -> frozenset[str]:
         headroom = self.book.model_headroom(q)
