@@ -143,7 +143,9 @@ def test_only_tolerating_jobs_land_on_a_tainted_pool(
     g = cluster.gpus_per_node
     # Without the toleration the pool is off limits, even when the job asks for it by label.
     submit(gpuq, ns, "intruder", queue, 1, g, template=template(nodeSelector={POOL: "team-x"}))
-    queued_because(gpuq, ns, "intruder", "taints")
+    queued_because(
+        gpuq, ns, "intruder", "does not tolerate: gpuq.dev/e2e-dedicated=team-x:NoSchedule (2 nodes)"
+    )
     submit(gpuq, ns, "team-x", queue, len(pool), g, template=template(
         nodeSelector={POOL: "team-x"}, tolerations=[toleration]
     ))  # fmt: skip
