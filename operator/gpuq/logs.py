@@ -12,6 +12,22 @@ from typing import Any
 import structlog
 
 
+class _StderrLogger:
+    """Writes each line to whatever sys.stderr is *now*: a logger that kept the stream it saw at
+    configure() time would write to a closed file once a test harness swapped stderr out."""
+
+    def msg(self, message: str) -> None:
+        stream = sys.stderr
+        stream.write(message + "\n")
+        stream.flush()
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+def _stderr_logger(*_args: Any) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure(level: str = "INFO", json: bool = True) -> None:
     """Configure structlog once per process; safe to call again (last call wins)."""
     logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
@@ -25,7 +41,7 @@ def configure(level: str = "INFO", json: bool = True) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(level.upper())),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
 
