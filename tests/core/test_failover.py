@@ -151,3 +151,14 @@ def test_restarted_gangs_old_pods_hold_their_resources_for_others_this_cycle() -
     d = run(snap(nodes, [queue()], [gang, job("ns/new", gpus=8)]))
     assert set(admitted(d)["ns/gang"]) == {"n0010", "n0011"}  # its old rack has one healthy node left
     assert "ns/new" not in admitted(d)  # n0001 still runs the gang's terminating pod
+
+
+def test_gang_failing_on_one_node_takes_its_other_not_ready_nodes_with_it() -> None:
+    """Two nodes of a gang go NotReady a few seconds apart: one restart lists both and avoids both."""
+    grace = SchedulerConfig().failover.not_ready_grace_seconds
+    nodes = with_node(NODES, "n0000", not_ready_since=NOW - grace - 1)
+    nodes = with_node(nodes, "n0001", not_ready_since=NOW - 2)  # within grace
+    jobs = [job("ns/a", replicas=2, gpus=8, on=["n0000", "n0001"])]
+    d = run(snap(nodes, [queue()], jobs))
+    assert [(r.job, r.failed_nodes) for r in d.restart] == [("ns/a", ("n0000", "n0001"))]
+    assert not {"n0000", "n0001"} & set(admitted(d).get("ns/a", ()))

@@ -80,6 +80,14 @@ def detect(ix: ClusterIndex, now: float, cfg: FailoverConfig) -> list[Failure]:
     for key, names in ix.orphans.items():
         if key not in ix.evicting:
             per_job.setdefault(key, []).extend((n, f"node {n} deleted") for n in names)
+    for key, items in per_job.items():
+        # The gang restarts anyway: its other nodes that are NotReady (still within grace) count as
+        # failed with it, so it is not re-placed onto them and they are recorded once, not later.
+        listed = {n for n, _ in items}
+        for i, _count in ix.job_nodes.get(key, ()):
+            nd = ix.nodes[i]
+            if nd.not_ready_since is not None and nd.name not in listed:
+                items.append((nd.name, f"node {nd.name} NotReady (within grace; its gang restarts anyway)"))
     out = []
     for key in sorted(per_job):
         items = sorted(per_job[key])
