@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,19 +18,9 @@ import yaml
 from kubernetes import client as k8s
 
 from gpuq.api import crd, meta
+from gpuq.devcluster.testing import wait_for
 
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
-
-
-def _wait(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def install_crds(api: k8s.ApiClient, timeout: float = 30.0) -> None:
@@ -55,7 +44,7 @@ def install_crds(api: k8s.ApiClient, timeout: float = 30.0) -> None:
                 return False
         return True
 
-    _wait(established, timeout, "gpuq CRDs established")
+    wait_for(established, timeout, "gpuq CRDs established")
 
 
 class OperatorProcess:
@@ -225,7 +214,7 @@ class GpuqClient:
             self.delete_job(namespace, job["metadata"]["name"])
         self.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
         pods = self.core.list_namespaced_pod
-        _wait(lambda: not pods(namespace).items, timeout, f"pods of {namespace} gone")
+        wait_for(lambda: not pods(namespace).items, timeout, f"pods of {namespace} gone")
 
     def status(self, namespace: str, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.job(namespace, name).get("status") or {}
@@ -240,7 +229,7 @@ class GpuqClient:
             st = self.status(namespace, name)
             return st if st.get("phase") in wanted else None
 
-        result: dict[str, Any] = _wait(
+        result: dict[str, Any] = wait_for(
             check, timeout, f"TrainingJob {namespace}/{name} in {'/'.join(wanted)}"
         )
         return result
@@ -248,7 +237,7 @@ class GpuqClient:
     def wait_status(
         self, namespace: str, name: str, check: Callable[[dict[str, Any]], bool], timeout: float, what: str
     ) -> dict[str, Any]:
-        result: dict[str, Any] = _wait(
+        result: dict[str, Any] = wait_for(
             lambda: (lambda s: s if check(s) else None)(self.status(namespace, name)), timeout, what
         )
         return result

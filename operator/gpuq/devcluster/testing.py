@@ -20,7 +20,7 @@ from gpuq.devcluster.shape import GPU_RESOURCE, RACK_LABEL, Shape
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
     """Poll `check` until it returns something truthy and return that; TimeoutError after `timeout` s."""
     deadline = time.monotonic() + timeout
     while True:
