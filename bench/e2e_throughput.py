@@ -1,0 +1,299 @@
+"""End-to-end throughput of the operator on the local cluster: submit --jobs TrainingJobs with a
+Philly-like size mix (mostly 1 GPU, some 2/4/8, a few 16-64-GPU gangs of 8-GPU workers) to one queue
+big enough that quota never blocks, and measure jobs admitted/s, pods bound/s, submit-to-Running
+p50/p99, and the operator's CPU seconds and peak RSS. Jobs never finish (no sim-duration), so the
+ones that do not fit stay Queued; figures are over the jobs that reached Running.
+
+Baselines measured in the same run, on the same API server, with as many pods as gpuq bound
+(1 CPU-only pod each, so they fit beside gpuq's pods; the operator is stopped by then):
+  raw        a client loop (same thread pool as the submitter) creating pods with no scheduler and
+             POSTing pods/binding itself: the API server's ceiling for create+bind
+  scheduler  plain pods for the default kube-scheduler (no gangs): first create to all bound
+
+Times are client-side (watch events), so they include watch delivery.
+
+Reproduce: .venv/bin/python bench/e2e_throughput.py [--nodes 256] [--jobs 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import shlex
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch
+
+from gpuq import logs
+from gpuq.api import meta
+from gpuq.controller.testing import DEFAULT_IMAGE, GpuqClient, OperatorProcess, install_crds
+from gpuq.devcluster import Cluster, Shape
+from gpuq.devcluster.testing import wait_for
+
+NS_GPUQ, NS_RAW, NS_SCHED = "bench-gpuq", "bench-raw", "bench-sched"
+QUEUE = "bench"
+THREADS = 8
+SETTLE_S = 10.0  # no new Running job nor bound pod for this long: the run has settled
+# (GPUs per job, replicas, probability): Philly-like, mostly single-GPU jobs.
+MIX = ((1, 1, 0.70), (2, 1, 0.10), (4, 1, 0.08), (8, 1, 0.08), (8, 2, 0.02), (8, 4, 0.015), (8, 8, 0.005))
+
+
+def shape_for(nodes: int) -> Shape:
+    per_rack = min(16, nodes)
+    if nodes % per_rack:
+        raise SystemExit(f"--nodes {nodes}: must be < 16 or a multiple of 16 (racks of 16 nodes)")
+    racks = nodes // per_rack
+    return Shape(racks=racks, nodes_per_rack=per_rack, gpus_per_node=8, blocks=min(4, racks), zones=1)
+
+
+def job_mix(n: int, seed: int = 1) -> list[tuple[int, int]]:
+    """(replicas, gpusPerWorker) per job."""
+    rng = random.Random(seed)
+    kinds = [(r, g) for g, r, _ in MIX]
+    return rng.choices(kinds, weights=[p for _, _, p in MIX], k=n)
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class Watcher:
+    """Client-side time each object first satisfied `seen` (name -> seconds, time.monotonic)."""
+
+    def __init__(self, list_func: Callable[..., Any], namespace: str, seen: Callable[[Any], bool]) -> None:
+        self.first: dict[str, float] = {}
+        self.last_change = time.monotonic()
+        self._watch = watch.Watch()
+        self._args = (list_func, namespace, seen)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        list_func, namespace, seen = self._args
+        while True:
+            try:
+                for ev in self._watch.stream(list_func, namespace, timeout_seconds=300):
+                    obj = ev["object"]
+                    name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
+                    if name not in self.first and seen(obj):
+                        self.first[name] = self.last_change = time.monotonic()
+            except Exception:  # the stream was stopped or broke: stop, or re-watch
+                if self._watch._stop:
+                    return
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+def pod_bound(pod: Any) -> bool:
+    return bool(pod.spec.node_name)
+
+
+def job_seen(phases: tuple[str, ...]) -> Callable[[Any], bool]:
+    return lambda job: (job.get("status") or {}).get("phase") in phases
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def in_pool(func: Callable[[Any], Any], items: Iterable[Any]) -> None:
+    with ThreadPoolExecutor(THREADS) as pool:
+        for _ in pool.map(func, items):
+            pass
+
+
+def create_namespace(core: k8s.CoreV1Api, name: str) -> None:
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    wait_for(
+        lambda: any(sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items),
+        30,
+        f"service account default in {name}",
+    )
+
+
+def plain_pod(name: str, scheduler: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": DEFAULT_IMAGE, "resources": {"requests": {"cpu": "10m"}}}],
+        },
+    }
+
+
+def wait_settled(watchers: list[Watcher], done: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not done():
+        if time.monotonic() - max(w.last_change for w in watchers) > SETTLE_S:
+            return
+        time.sleep(0.5)
+
+
+def measure_gpuq(gpuq: GpuqClient, op: OperatorProcess, jobs: int, timeout: float) -> dict[str, Any]:
+    mix = job_mix(jobs)
+    custom = gpuq.custom
+
+    def list_jobs(namespace: str, **kw: Any) -> Any:  # no docstring: the watch yields plain dicts
+        return custom.list_namespaced_custom_object(meta.GROUP, meta.VERSION, namespace, "trainingjobs", **kw)
+
+    admitted = Watcher(list_jobs, NS_GPUQ, job_seen(("Admitted", "Running")))
+    running = Watcher(list_jobs, NS_GPUQ, job_seen(("Running",)))
+    bound = Watcher(gpuq.core.list_namespaced_pod, NS_GPUQ, pod_bound)
+    assert op.proc is not None
+    pid = op.proc.pid
+    cpu0 = cpu_seconds(pid)
+    submitted: dict[str, float] = {}
+
+    def submit(item: tuple[int, tuple[int, int]]) -> None:
+        i, (replicas, gpus) = item
+        name = f"j{i:04d}"
+        submitted[name] = time.monotonic()
+        gpuq.submit(NS_GPUQ, name, QUEUE, replicas, gpus)
+
+    t0 = time.monotonic()
+    in_pool(submit, enumerate(mix))
+    t_submitted = time.monotonic()
+    wait_settled([running, bound], lambda: len(running.first) == jobs, timeout)
+    cpu = cpu_seconds(pid) - cpu0
+    rss = peak_rss_mib(pid)
+    for w in (admitted, running, bound):
+        w.stop()
+    latencies = [running.first[j] - submitted[j] for j in running.first]
+    pods_total = sum(r for r, _ in mix)
+    return {
+        "jobs": jobs,
+        "pods_total": pods_total,
+        "gpus_total": sum(r * g for r, g in mix),
+        "submit_s": t_submitted - t0,
+        "admitted": len(admitted.first),
+        "admitted_rate": len(admitted.first) / max(max(admitted.first.values(), default=t0) - t0, 1e-9),
+        "running": len(running.first),
+        "running_gpus": sum(r * g for i, (r, g) in enumerate(mix) if f"j{i:04d}" in running.first),
+        "bound": len(bound.first),
+        "bound_rate": len(bound.first) / max(max(bound.first.values(), default=t0) - t0, 1e-9),
+        "p50": percentile(latencies, 0.5) if latencies else float("nan"),
+        "p99": percentile(latencies, 0.99) if latencies else float("nan"),
+        "cpu": cpu,
+        "rss": rss,
+    }
+
+
+def measure_raw(core: k8s.CoreV1Api, nodes: list[str], n: int) -> float:
+    """Pods created+bound per second by a client loop doing the binding itself."""
+
+    def create_bind(i: int) -> None:
+        name = f"r{i:05d}"
+        core.create_namespaced_pod(NS_RAW, plain_pod(name, "bench-none"))
+        target = k8s.V1ObjectReference(kind="Node", api_version="v1", name=nodes[i % len(nodes)])
+        body = k8s.V1Binding(metadata=k8s.V1ObjectMeta(name=name), target=target)
+        # The generated client cannot parse the binding's empty reply; the POST has succeeded anyway.
+        core.create_namespaced_pod_binding(name, NS_RAW, body, _preload_content=False)
+
+    t0 = time.monotonic()
+    in_pool(create_bind, range(n))
+    return n / (time.monotonic() - t0)
+
+
+def measure_scheduler(core: k8s.CoreV1Api, n: int, timeout: float) -> tuple[float, int]:
+    """Pods bound per second by kube-scheduler: first create until all bound (or timeout)."""
+    bound = Watcher(core.list_namespaced_pod, NS_SCHED, pod_bound)
+    t0 = time.monotonic()
+    in_pool(
+        lambda i: core.create_namespaced_pod(NS_SCHED, plain_pod(f"s{i:05d}", "default-scheduler")), range(n)
+    )
+    with contextlib.suppress(TimeoutError):
+        wait_for(lambda: len(bound.first) >= n, timeout, "kube-scheduler binding the baseline pods", 0.1)
+    bound.stop()
+    done = len(bound.first)
+    return done / max(max(bound.first.values(), default=t0) - t0, 1e-9), done
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=256, help="kwok nodes x 8 GPUs, racks of 16 (default 256)")
+    ap.add_argument("--jobs", type=int, default=1000, help="TrainingJobs to submit (default 1000)")
+    ap.add_argument("--timeout", type=float, default=900, help="max seconds to wait for jobs to settle")
+    args = ap.parse_args(argv)
+    logs.configure("WARNING")
+    shape = shape_for(args.nodes)
+    cmd = "bench/e2e_throughput.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    print(f"# e2e throughput   reproduce: .venv/bin/python {cmd}".rstrip(), flush=True)
+    print(f"cluster: {shape.describe()}", flush=True)
+    t_up = time.monotonic()
+    dev = Cluster.up(f"bench-e2e-{os.getpid()}", shape, tie_to_process=True, timeout=600)
+    print(f"cluster up in {time.monotonic() - t_up:.0f} s", flush=True)
+    op = None
+    try:
+        cfg = k8s.Configuration()
+        k8s_config.load_kube_config(config_file=str(dev.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
+        cfg.connection_pool_maxsize = THREADS + 8  # the submit threads and the watches
+        api = k8s.ApiClient(cfg)
+        install_crds(api)
+        gpuq = GpuqClient(api)
+        core = gpuq.core
+        for ns in (NS_GPUQ, NS_RAW, NS_SCHED):
+            create_namespace(core, ns)
+        gpuq.create_queue(QUEUE, shape.gpu_count)
+        work = Path(tempfile.mkdtemp(prefix="gpuq-bench-e2e-"))
+        op = OperatorProcess(dev.kubeconfig, work / "operator.log", log_level="WARNING").start()
+        time.sleep(3)  # let the operator list the cluster before the burst
+        g = measure_gpuq(gpuq, op, args.jobs, args.timeout)
+        op.stop()
+        n = max(g["bound"], 1)
+        nodes = [node.metadata.name for node in core.list_node(label_selector="type=kwok").items]
+        raw = measure_raw(core, nodes, n)
+        sched, sched_done = measure_scheduler(core, n, args.timeout)
+    finally:
+        if op is not None:
+            op.stop()
+        dev.down()
+
+    print(
+        f"\nworkload: {g['jobs']} jobs, {g['pods_total']} pods, {g['gpus_total']} GPUs requested "
+        f"of {shape.gpu_count}; submitted in {g['submit_s']:.1f} s ({THREADS} client threads)"
+    )
+    print(
+        f"reached Running: {g['running']} jobs ({g['running_gpus']} GPUs); admitted {g['admitted']}; "
+        f"the rest stayed Queued (no room)"
+    )
+    print(f"gpuq   jobs admitted/s         {g['admitted_rate']:8.1f}")
+    print(f"gpuq   pods bound/s            {g['bound_rate']:8.1f}   ({g['bound']} pods)")
+    print(f"gpuq   submit-to-Running       p50 {g['p50']:.2f} s   p99 {g['p99']:.2f} s")
+    print(f"gpuq   operator CPU            {g['cpu']:8.1f} s   peak RSS {g['rss']:.0f} MiB")
+    print(f"raw    create+bind pods/s      {raw:8.1f}   ({n} pods, {THREADS} client threads)")
+    print(f"kube-scheduler pods bound/s    {sched:8.1f}   ({sched_done}/{n} pods, no gangs)")
+    print(f"ratio  gpuq / raw              {g['bound_rate'] / raw:8.2f}")
+    print(f"ratio  gpuq / kube-scheduler   {g['bound_rate'] / sched:8.2f}")
+    print(f"\nreproduce: .venv/bin/python {cmd}".rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
