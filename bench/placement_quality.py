@@ -84,6 +84,12 @@ def verdicts(results: dict[str, dict[str, Any]]) -> list[str]:
         )
     else:
         lines.append("claim: not measurable here (kube-default placed no large job across nodes)")
+    rack_k, rack_g = k["comm_large"]["cross_rack"], g["comm_large"]["cross_rack"]
+    if rack_k > 0:
+        lines.append(
+            f"large jobs, GPU pairs across racks: {100 * rack_k:.1f}% -> {100 * rack_g:.1f}% "
+            f"({100 * (1 - rack_g / rack_k):.0f}% less)"
+        )
     cost_k, cost_g = k["comm_multi_gpu"]["cost_per_pair"], g["comm_multi_gpu"]["cost_per_pair"]
     if cost_k > 0:
         lines.append(
