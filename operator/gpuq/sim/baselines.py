@@ -177,7 +177,7 @@ class KubeDefault:
         wanted = nodes_to_score(len(nodes))
         count = len(nodes)
         best: list[str] = []
-        best_score = -1.0
+        best_score = -1
         found = 0
         start = self.next_start % count if count else 0
         for offset in range(count):
@@ -199,18 +199,20 @@ class KubeDefault:
         return best[0] if len(best) == 1 else self.rng.choice(best)
 
     @staticmethod
-    def _least_allocated(node: Node, slot: list[int], job: Job) -> float:
+    def _least_allocated(node: Node, slot: list[int], job: Job) -> int:
+        """NodeResourcesFit LeastAllocated, in the scheduler's integer 0-100 arithmetic (so equal
+        nodes tie and the scheduler picks among them at random)."""
         a, w = node.allocatable, job.workers
-        score, weights = 0.0, 0
+        score, weights = 0, 0
         for capacity, left, request in (
             (a.cpu_millis, slot[1], w.cpu_millis),
             (a.memory_bytes, slot[2], w.memory_bytes),
             (a.gpus, slot[0], w.gpus_per_worker),
         ):
             if capacity > 0:
-                score += (left - request) / capacity
+                score += (left - request) * 100 // capacity
                 weights += 1
-        return score / weights if weights else 0.0
+        return score // weights if weights else 0
 
     def _preemption_victims(self, job: Job, snapshot: Snapshot, free: Free, evicted: set[str]) -> list[str]:
         """DefaultPreemption: on the node where evicting lower-priority pods makes room at the least
