@@ -12,7 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from gpuq.api.gpuqueue import GPUQueueSpec
-from gpuq.core.model import PreemptionPolicy, Queue
+from gpuq.core.model import Queue
 from gpuq.sim.trace import TraceJob
 
 DERIVED_COHORT = "trace"
@@ -52,17 +52,7 @@ def queue_from_object(obj: Mapping[str, Any], where: str) -> Queue:
             f"spec.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
         raise QueueFileError(f"{where} (GPUQueue {name}): {problems}") from None
-    return Queue(
-        name=name,
-        nominal_gpus=spec.nominal_gpus,
-        cohort=spec.cohort,
-        borrowing_limit_gpus=spec.borrowing_limit_gpus,
-        lending_limit_gpus=spec.lending_limit_gpus,
-        weight=spec.weight,
-        strategy=spec.queueing_strategy,
-        preemption=PreemptionPolicy(spec.preemption.within_queue, spec.preemption.reclaim_within_cohort),
-        model_quotas=dict(spec.model_quotas),
-    )
+    return spec.to_core(name)
 
 
 def read_queue_file(path: Path) -> tuple[Queue, ...]:
