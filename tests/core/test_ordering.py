@@ -91,3 +91,18 @@ def test_cycle_admission_limit_defers_the_rest() -> None:
 def test_backoff_job_waits_until_not_before() -> None:
     d = run(snap(ONE_NODE, [queue()], [job("ns/j", not_before=NOW + 20)]))
     assert codes(d)["ns/j"] == PendingCode.BACKOFF and "20s" in pending(d)["ns/j"]
+
+
+def test_jobs_like_a_failed_one_wait_with_its_reason_in_queue_order() -> None:
+    """Once a job fails, the interchangeable jobs behind it in its queue are not tried again in the
+    cycle: they share its reason, keep their positions, and a smaller job behind them still runs."""
+    nodes = cluster(racks=1, nodes_per_rack=2)  # 16 GPUs, 4 of them in use
+    running = job("ns/running", gpus=4, on=["n0000"])
+    big = [job(f"ns/big{i}", gpus=8, replicas=2, created=900.0 + i) for i in range(3)]
+    small = job("ns/small", gpus=8, created=910.0)
+    d = run(snap(nodes, [queue()], [running, *big, small]))
+    assert set(admitted(d)) == {"ns/small"}
+    waiting = {p.job: (p.position, p.code, p.reason) for p in d.pending}
+    assert [waiting[f"ns/big{i}"][0] for i in range(3)] == [1, 2, 3]
+    assert {waiting[f"ns/big{i}"][1] for i in range(3)} == {PendingCode.PLACEMENT}
+    assert waiting["ns/big1"][2] == waiting["ns/big2"][2]

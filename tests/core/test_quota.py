@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
+from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import PendingCode
+from gpuq.core.index import ClusterIndex
+from gpuq.core.quota import QuotaBook
+from gpuq.core.state import CycleState
 
 from .helpers import admitted, cluster, codes, job, never_preempt, pending, queue, run, snap
 
@@ -114,3 +120,31 @@ def test_lender_within_nominal_reclaims_lent_gpus_by_preemption() -> None:
     d = run(snap(NODES, qs, [own, lent, job("ns/a1", queue="a", replicas=2, gpus=8)]))
     assert [p.victim for p in d.preempt] in (["ns/b-own"], ["ns/b-lent"])  # one gang frees 16
     assert codes(d)["ns/a1"] == PendingCode.PREEMPTING
+
+
+def test_cohort_totals_stay_exact_under_any_usage_changes() -> None:
+    """QuotaBook keeps per-cohort lent/borrowed sums incrementally; they equal a recount always."""
+    rnd = random.Random(7)
+    qs = {
+        f"q{i}": queue(
+            f"q{i}",
+            nominal=rnd.choice((0, 4, 8, 16)),
+            cohort=rnd.choice(("c1", "c2", None)),
+            lending_limit_gpus=rnd.choice((None, 0, 4)),
+        )
+        for i in range(6)
+    }
+    s = snap(NODES, qs.values(), [])
+    st = CycleState(ClusterIndex(s, SchedulerConfig()))
+    book = QuotaBook(st, qs, {q: rnd.randint(0, 20) for q in qs}, {})
+    for step in range(500):
+        mark = st.begin()
+        book.add(rnd.choice(list(qs)), rnd.randint(-8, 8), {})
+        if step % 3 == 0:
+            st.rollback(mark)
+        else:
+            st.commit(mark)
+        for q in qs.values():
+            peers = [p for p in qs.values() if p.cohort == q.cohort and p.name != q.name]
+            expected = (sum(book.lent(p) for p in peers), sum(book.borrowed(p) for p in peers))
+            assert book.cohort_lends(q) == (expected if q.cohort else (0, 0))

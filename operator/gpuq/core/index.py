@@ -9,6 +9,7 @@ works on a copy), and decisions are the same with or without it.
 
 from __future__ import annotations
 
+import bisect
 from array import array
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
@@ -30,6 +31,21 @@ from gpuq.core.pools import Pool
 from gpuq.core.topology import DomainTree
 
 NO_MODEL = ""  # model key of nodes that report no GPU model
+
+
+OrderKey = tuple[int, float, str]
+
+
+def order_key(job: Job) -> OrderKey:
+    """Queue order: higher priority first, then older, then by key (a stable tie-break)."""
+    return (-job.priority, job.created_at, job.key)
+
+
+def pending_class(job: Job, d: Demand) -> Hashable:
+    """Jobs of one queue with equal classes are interchangeable for admission: same priority, gang
+    shape, constraints and topology request (only their order and age differ)."""
+    c = job.constraints
+    return (job.priority, job.workers.replicas, d, constraints_key(c), c.mixed_models, job.topology)
 
 
 class SnapshotError(ValueError):
@@ -121,7 +137,13 @@ class ClusterIndex:
         self.orphans: dict[str, tuple[str, ...]] = {}  # running job -> its node names not in the snapshot
         self.on_node: dict[int, set[str]] = {}
         self.running_by_queue: dict[str, set[str]] = {}
+        self.running_priorities: dict[str, dict[int, int]] = {}  # queue -> priority -> running jobs
         self.pending: set[str] = set()
+        self.recovering: set[str] = set()  # pending jobs waiting for re-placement after a failure
+        # Other pending jobs: queue -> pending class -> their order keys, sorted (queue order).
+        self.queued: dict[str, dict[int, list[OrderKey]]] = {}
+        self.job_class: dict[str, int] = {}
+        self.class_ids: dict[Hashable, int] = {}  # pending class -> small int (cheap to hash)
         self.evicting: set[str] = set()
         self.usage: dict[str, int] = {}  # queue -> GPUs held (running, not evicting) or kept (recovering)
         self.model_usage: dict[str, dict[str, int]] = {}
@@ -206,7 +228,12 @@ class ClusterIndex:
         if job.running is None:
             self.pending.add(key)
             if job.recovering:
+                self.recovering.add(key)
                 self._count_usage(job.queue, job.workers.total_gpus, ())
+            else:
+                ck = self.class_ids.setdefault(pending_class(job, d), len(self.class_ids))
+                self.job_class[key] = ck
+                bisect.insort(self.queued.setdefault(job.queue, {}).setdefault(ck, []), order_key(job))
             return
         counts: dict[int, int] = {}
         missing: list[str] = []
@@ -221,6 +248,8 @@ class ClusterIndex:
         if missing:
             self.orphans[key] = tuple(sorted(set(missing)))
         self.running_by_queue.setdefault(job.queue, set()).add(key)
+        prios = self.running_priorities.setdefault(job.queue, {})
+        prios[job.priority] = prios.get(job.priority, 0) + 1
         for i, k in placed:
             self.on_node.setdefault(i, set()).add(key)
             self._use(i, d, k)
@@ -237,11 +266,18 @@ class ClusterIndex:
         if job.running is None:
             self.pending.discard(key)
             if job.recovering:
+                self.recovering.discard(key)
                 self._count_usage(job.queue, -job.workers.total_gpus, ())
+            else:
+                self._unqueue(job)
             return
         placed = self.job_nodes.pop(key)
         self.orphans.pop(key, None)
         self.running_by_queue[job.queue].discard(key)
+        prios = self.running_priorities[job.queue]
+        prios[job.priority] -= 1
+        if not prios[job.priority]:
+            del prios[job.priority]
         for i, k in placed:
             self.on_node[i].discard(key)
             self._use(i, d, -k)
@@ -252,6 +288,19 @@ class ClusterIndex:
             self._count_usage(
                 job.queue, -len(job.running.placement) * d.gpus, tuple((m, -g) for m, g in models)
             )
+
+    def _unqueue(self, job: Job) -> None:
+        ck = self.job_class.pop(job.key)
+        classes = self.queued[job.queue]
+        keys = classes[ck]
+        ok = order_key(job)
+        i = bisect.bisect_left(keys, ok)
+        assert keys[i] == ok
+        del keys[i]
+        if not keys:
+            del classes[ck]
+            if not classes:
+                del self.queued[job.queue]
 
     def _models_of(self, placed: tuple[tuple[int, int], ...], d: Demand) -> tuple[tuple[str, int], ...]:
         out: dict[str, int] = {}

@@ -50,6 +50,13 @@ class QuotaBook:
             c = queues[q].cohort
             if c is not None:
                 self.cohorts.setdefault(c, []).append(queues[q])
+        # Per cohort: GPUs its queues lend and borrow in total, kept current by add() so a quota check
+        # is O(1) however many queues share the cohort.
+        self.cohort_lent: dict[str, int] = {}
+        self.cohort_borrowed: dict[str, int] = {}
+        for c, members in self.cohorts.items():
+            self.cohort_lent[c] = sum(self.lent(p) for p in members)
+            self.cohort_borrowed[c] = sum(self.borrowed(p) for p in members)
 
     # ---- accounting -----------------------------------------------------------------------------
 
@@ -57,7 +64,14 @@ class QuotaBook:
         """Count (or with negative numbers release) usage of a queue; journaled for rollbacks."""
         if not gpus and not models:
             return
-        self.usage[queue] = self.usage.get(queue, 0) + gpus
+        q = self.queues.get(queue)
+        if gpus and q is not None and q.cohort is not None:
+            lent, borrowed = self.lent(q), self.borrowed(q)
+            self.usage[queue] = self.usage.get(queue, 0) + gpus
+            self.cohort_lent[q.cohort] += self.lent(q) - lent
+            self.cohort_borrowed[q.cohort] += self.borrowed(q) - borrowed
+        else:
+            self.usage[queue] = self.usage.get(queue, 0) + gpus
         if models:
             mu = self.model_usage.setdefault(queue, {})
             for m, g in models.items():
@@ -87,17 +101,14 @@ class QuotaBook:
     def needs_borrow(self, q: Queue, gpus: int) -> bool:
         return self.used(q.name) + gpus > q.nominal_gpus
 
-    def cohort_lends(self, q: Queue, extra_release: Mapping[str, int] | None = None) -> tuple[int, int]:
+    def cohort_lends(self, q: Queue) -> tuple[int, int]:
         """(GPUs the cohort lends to q now, GPUs already borrowed by q's peers)."""
         if q.cohort is None:
             return 0, 0
-        lent = borrowed = 0
-        for p in self.cohorts[q.cohort]:
-            if p.name == q.name:
-                continue
-            lent += self.lent(p)
-            borrowed += self.borrowed(p)
-        return lent, borrowed
+        return (
+            self.cohort_lent[q.cohort] - self.lent(q),
+            self.cohort_borrowed[q.cohort] - self.borrowed(q),
+        )
 
     # ---- checks ---------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from gpuq.core.constraints import invalid_constraints
 from gpuq.core.decisions import Admit, Decisions, Pending, PendingCode, Preempt, Restart
 from gpuq.core.failover import backoff_seconds, detect
 from gpuq.core.fit import Demand, invalid_workers
-from gpuq.core.index import ClusterIndex, SnapshotError
+from gpuq.core.index import ClusterIndex, OrderKey, SnapshotError, order_key
 from gpuq.core.model import Job, Queue, QueueingStrategy, Snapshot, TopologyMode
 from gpuq.core.placement import Placement, Request, place
 from gpuq.core.pools import Pool
@@ -35,12 +35,19 @@ from gpuq.core.topology import level_weights
 
 
 def schedule(
-    snapshot: Snapshot, now: float, config: SchedulerConfig, index: ClusterIndex | None = None
+    snapshot: Snapshot,
+    now: float,
+    config: SchedulerConfig,
+    index: ClusterIndex | None = None,
+    *,
+    explain: bool = True,
 ) -> Decisions:
     """Decide one cycle. Pure: the result depends only on (snapshot, now, config).
 
     `index` is an optional cache kept by the caller between cycles (see gpuq.core.index); it must have
-    been built from or `apply`-ed up to this very snapshot and config.
+    been built from or `apply`-ed up to this very snapshot and config. `explain=False` leaves
+    `Decisions.pending` empty: the actions are the same, and the cycle skips the O(pending jobs) work of
+    explaining every waiting job (for callers that only act, like the simulator).
     """
     if index is None:
         ix = ClusterIndex(snapshot, config)
@@ -50,12 +57,7 @@ def schedule(
         if index.config != config:
             raise ValueError("the index was built with another SchedulerConfig")
         ix = index
-    return _Cycle(ix, snapshot, now, config).run()
-
-
-def order_key(job: Job) -> tuple[int, float, str]:
-    """Queue order: higher priority first, then older, then by key (a stable tie-break)."""
-    return (-job.priority, job.created_at, job.key)
+    return _Cycle(ix, snapshot, now, config, explain).run()
 
 
 class _Outcome(Enum):
@@ -74,11 +76,28 @@ class _Recovery:
     old: tuple[tuple[int, int], ...]  # resources it still holds this cycle (restarted now)
 
 
+_Heads = list[tuple[OrderKey, int, int]]  # heap of (class head's order key, class, cursor)
+
+
+@dataclass(frozen=True, slots=True)
+class _Dead:
+    """A pending class that failed in this cycle: its jobs from `start` on (in its queue order) are not
+    tried again this cycle. Capacity and quota only shrink while a cycle admits, so they would fail
+    too; a preemption's release is held for its preemptor. The next cycle tries the class again."""
+
+    start: int
+    reason: str
+    code: str
+
+
 class _Cycle:
-    def __init__(self, ix: ClusterIndex, snapshot: Snapshot, now: float, config: SchedulerConfig) -> None:
+    def __init__(
+        self, ix: ClusterIndex, snapshot: Snapshot, now: float, config: SchedulerConfig, explain: bool
+    ) -> None:
         self.ix = ix
         self.now = now
         self.cfg = config
+        self.explain = explain
         queues: dict[str, Queue] = {}
         for q in snapshot.queues:
             if q.name in queues:
@@ -100,18 +119,19 @@ class _Cycle:
         self._admitted_keys: set[str] = set()
         self.searches = 0  # preemption searches run this cycle
         self.deferred: set[str] = set()  # jobs whose preemption search the budget deferred
+        self.dead: dict[tuple[str, int], _Dead] = {}  # (queue, pending class) -> failed this cycle
+        self.stops: dict[str, tuple[OrderKey, str, str]] = {}  # queue -> (blocking head, reason, code)
+        self.fail_reason: tuple[str, str] = ("", "")  # of the last _try that failed, for its class
+        self._invalid_memo: dict[int, str | None] = {}
 
     # ---- driver ---------------------------------------------------------------------------------
 
     def run(self) -> Decisions:
         recoveries = self._failover()
-        for key in self.ix.pending:
+        for key in self.ix.recovering:
             job = self.ix.jobs[key]
-            if job.recovering:
-                prev = self._indices(job.previous_placement)
-                recoveries.append(
-                    _Recovery(job, self._indices_set(job.avoid_nodes), prev, job.not_before, ())
-                )
+            prev = self._indices(job.previous_placement)
+            recoveries.append(_Recovery(job, self._indices_set(job.avoid_nodes), prev, job.not_before, ()))
         recoveries.sort(key=lambda r: order_key(r.job))
         for r in recoveries:
             self._recover(r)
@@ -223,81 +243,123 @@ class _Cycle:
     # ---- queues ---------------------------------------------------------------------------------
 
     def _queues(self) -> None:
-        ix = self.ix
-        lists: dict[str, list[Job]] = {}
-        for key in ix.pending:
-            job = ix.jobs[key]
-            if job.recovering or key in self.pending:
-                continue
-            bad = self._invalid(job)
-            if bad is not None:
-                self._pend(job, bad, PendingCode.INVALID)
-            elif job.queue not in self.queues:
-                self._pend(job, f"queue {job.queue} does not exist", PendingCode.NO_QUEUE)
-            else:
-                lists.setdefault(job.queue, []).append(job)
-        for lst in lists.values():
-            lst.sort(key=order_key)
-        heap: list[tuple[tuple[int, float, int, float, str], str, int]] = []
+        """Queue heads in fairness order. Each queue is walked as the heads of its pending classes
+        (ClusterIndex.queued); a class whose job failed is dropped for the rest of the cycle, so a cycle
+        costs O(classes + admissions), not O(pending jobs)."""
+        ix, now = self.ix, self.now
+        lines: dict[str, _Heads] = {}  # queue -> heap of its class heads
+        for qn, classes in ix.queued.items():
+            if qn not in self.queues:
+                continue  # explained as NoQueue (or Invalid) in _explain_queued
+            heads = []
+            for ck, keys in classes.items():
+                bad = self._invalid_class(ck, keys[0])
+                if bad is None:
+                    heads.append((keys[0], ck, 0))
+                else:
+                    self.dead[(qn, ck)] = _Dead(0, bad, PendingCode.INVALID)
+            if heads:
+                heapq.heapify(heads)
+                lines[qn] = heads
+        heap: list[tuple[tuple[int, float, int, float, str], str]] = []
 
-        def push(qn: str, i: int) -> None:
-            if i < len(lists[qn]):
-                job = lists[qn][i]
+        def push(qn: str) -> None:
+            heads = lines[qn]
+            if heads:
+                ok = heads[0][0]
                 q = self.queues[qn]
-                borrow = self.book.needs_borrow(q, job.workers.total_gpus)
+                borrow = self.book.needs_borrow(q, ix.jobs[ok[2]].workers.total_gpus)
                 share = self.book.share(q) if borrow else 0.0
-                heapq.heappush(heap, ((int(borrow), share, -job.priority, job.created_at, job.key), qn, i))
+                heapq.heappush(heap, ((int(borrow), share, *ok), qn))
 
-        for qn in sorted(lists):
-            push(qn, 0)
+        for qn in sorted(lines):
+            push(qn)
         head_failed: set[str] = set()
         while heap:
-            _, qn, i = heapq.heappop(heap)
-            job = lists[qn][i]
-            q = self.queues[qn]
             if self.admitted >= self.cfg.max_admissions_per_cycle:
                 break
-            if job.not_before > self.now:
-                self._pend(
-                    job, f"back-off: next attempt in {job.not_before - self.now:.0f}s", PendingCode.BACKOFF
-                )
-                push(qn, i + 1)
+            _, qn = heapq.heappop(heap)
+            heads = lines[qn]
+            ok, ck, cur = heads[0]
+            keys = ix.queued[qn][ck]
+            job = ix.jobs[ok[2]]
+            q = self.queues[qn]
+            if job.not_before > now:
+                self._pend(job, f"back-off: next attempt in {job.not_before - now:.0f}s", PendingCode.BACKOFF)
+                self._advance(heads, keys, ck, cur)
+                push(qn)
                 continue
             outcome = self._try(job, q, is_head=qn not in head_failed)
             if outcome is _Outcome.ADMITTED:
-                push(qn, i + 1)
+                self._advance(heads, keys, ck, cur)
+                push(qn)
                 continue
             head_failed.add(qn)
+            if outcome is _Outcome.WAITING:
+                self._advance(heads, keys, ck, cur)
+            else:
+                self.dead[(qn, ck)] = _Dead(cur + 1, *self.fail_reason)
+                heapq.heappop(heads)
             if q.strategy is QueueingStrategy.STRICT_FIFO:
-                self._block(
-                    lists[qn][i + 1 :], f"StrictFIFO: waiting behind {job.key}", PendingCode.STRICT_FIFO
-                )
+                self.stops[qn] = (ok, f"StrictFIFO: waiting behind {job.key}", PendingCode.STRICT_FIFO)
             elif outcome is _Outcome.STARVED_ON_QUOTA:
-                age = self.now - job.created_at
-                self._block(
-                    lists[qn][i + 1 :],
+                age = now - job.created_at
+                self.stops[qn] = (
+                    ok,
                     f"queue {qn} keeps its quota for {job.key}, waiting {age:.0f}s (starvation rule)",
                     PendingCode.QUOTA,
                 )
             else:
-                push(qn, i + 1)
-        limit = self.cfg.max_admissions_per_cycle
-        for lst in lists.values():
-            for job in lst:
-                if job.key not in self.pending and not self._admitted(job.key):
-                    self._pend(
-                        job,
-                        f"cycle admission limit ({limit}) reached; retried next cycle",
-                        PendingCode.CYCLE_LIMIT,
-                    )
+                push(qn)
+
+    @staticmethod
+    def _advance(heads: _Heads, keys: list[OrderKey], ck: int, cur: int) -> None:
+        """Move a class's head to its next job (or drop the class when it has none left)."""
+        if cur + 1 < len(keys):
+            heapq.heapreplace(heads, (keys[cur + 1], ck, cur + 1))
+        else:
+            heapq.heappop(heads)
+
+    def _invalid_class(self, ck: int, first: OrderKey) -> str | None:
+        if ck not in self._invalid_memo:
+            self._invalid_memo[ck] = self._invalid(self.ix.jobs[first[2]])
+        return self._invalid_memo[ck]
 
     def _admitted(self, key: str) -> bool:
         return key in self._admitted_keys
 
-    def _block(self, jobs: list[Job], reason: str, code: str) -> None:
-        for job in jobs:
-            if job.key not in self.pending:
-                self._pend(job, reason, code)
+    def _explain_queued(self) -> None:
+        """Reasons for the queued jobs the cycle did not try itself (see _Dead, stops, the cycle limit)."""
+        ix, now = self.ix, self.now
+        limit = self.cfg.max_admissions_per_cycle
+        for qn, classes in ix.queued.items():
+            stop = self.stops.get(qn)
+            for ck, keys in classes.items():
+                dead = self.dead.get((qn, ck))
+                for i, ok in enumerate(keys):
+                    key = ok[2]
+                    if key in self.pending or key in self._admitted_keys:
+                        continue
+                    job = ix.jobs[key]
+                    bad = self._invalid_class(ck, keys[0])
+                    if bad is not None:
+                        self._pend(job, bad, PendingCode.INVALID)
+                    elif qn not in self.queues:
+                        self._pend(job, f"queue {qn} does not exist", PendingCode.NO_QUEUE)
+                    elif stop is not None and ok > stop[0]:
+                        self._pend(job, stop[1], stop[2])
+                    elif dead is not None and i >= dead.start:
+                        if job.not_before > now:
+                            wait = job.not_before - now
+                            self._pend(job, f"back-off: next attempt in {wait:.0f}s", PendingCode.BACKOFF)
+                        else:
+                            self._pend(job, dead.reason, dead.code)
+                    else:
+                        self._pend(
+                            job,
+                            f"cycle admission limit ({limit}) reached; retried next cycle",
+                            PendingCode.CYCLE_LIMIT,
+                        )
 
     def _try(self, job: Job, q: Queue, is_head: bool) -> _Outcome:
         st, book = self.st, self.book
@@ -344,7 +406,10 @@ class _Cycle:
         ):
             held = self._reserve(job, q, d, R, depth, tiers[-1])
             if held:
-                reason += f"; {held} GPUs reserved for it (waiting {self.now - job.created_at:.0f}s)"
+                waited = self.now - job.created_at
+                self._pend(job, f"{reason}; {held} GPUs reserved for it (waiting {waited:.0f}s)", code)
+                self.fail_reason = (reason, code)  # what the rest of its class is told
+                return _Outcome.FAILED
         elif self.reserved and code == PendingCode.PLACEMENT:
             reason += f" (capacity reserved for starving {', '.join(self.reserved[:3])})"
         self._pend(job, reason, code)
@@ -356,6 +421,8 @@ class _Cycle:
         self, job: Job, q: Queue, quota_gpus: int, d: Demand, req: Request, tiers: list[list[Pool]]
     ) -> _Outcome:
         st, book = self.st, self.book
+        if not preemption.may_have_victims(self.ix, book, job, q, quota_gpus):
+            return _Outcome.FAILED
         memo_key = (q.name, job.priority, d, req, quota_gpus, tuple(id(p) for p in tiers[-1]))
         if self.preempt_fail.get(memo_key) == st.gives:
             return _Outcome.FAILED
@@ -522,12 +589,17 @@ class _Cycle:
         if job.key in self.deferred:
             reason += "; preemption search deferred to the next cycle (per-cycle budget used)"
         self.pending[job.key] = (reason, code, nominated)
+        self.fail_reason = (reason, code)
 
     # ---- output ---------------------------------------------------------------------------------
 
     def _decisions(self) -> Decisions:
         ix = self.ix
         by_queue: dict[str, list[Job]] = {}
+        if self.explain:
+            self._explain_queued()
+        else:
+            self.pending.clear()
         for key in self.pending:
             job = ix.jobs[key]
             by_queue.setdefault(job.queue, []).append(job)

@@ -56,7 +56,7 @@ class GpuqPolicy:
         from gpuq.core import ClusterIndex, schedule  # late: the core may be absent in a partial build
 
         if not self.use_index:
-            return schedule(snapshot, now, config)
+            return schedule(snapshot, now, config, explain=False)
         if self.index is None:
             self.index = ClusterIndex(snapshot, config)
         else:
@@ -66,7 +66,8 @@ class GpuqPolicy:
                 jobs=(job for key, job in delta.jobs.items() if key not in delta.removed_jobs),
                 removed_jobs=delta.removed_jobs,
             )
-        return schedule(snapshot, now, config, index=self.index)
+        # The loop never reads pending reasons: skip explaining every waiting job in every cycle.
+        return schedule(snapshot, now, config, index=self.index, explain=False)
 
 
 def make_policy(name: str, seed: int = 0) -> Policy:
