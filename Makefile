@@ -8,8 +8,17 @@ BIN := $(VENV)/bin
 RACKS ?= 4
 NODES_PER_RACK ?= 8
 GPUS_PER_NODE ?= 8
+# PyTorch for the PyTorch example of docs/failover.md, in its own cached venv: PyPI's Linux wheel
+# brings its CUDA libraries (~5 GB installed; it runs on CPU). `make test TORCH=0` skips it.
+TORCH ?= 1
+TORCH_VERSION := 2.15.0
+TORCH_VENV ?= $(HOME)/.cache/gpuq/torch-$(TORCH_VERSION)
+ifeq ($(TORCH),1)
+TORCH_DEP := torch
+TORCH_ENV := GPUQ_TORCH_PYTHON=$(TORCH_VENV)/bin/python
+endif
 
-.PHONY: venv binaries test unit e2e lint cluster-up cluster-down demo bench clean
+.PHONY: venv binaries torch test unit e2e lint cluster-up cluster-down demo bench clean
 
 venv: $(VENV)/.installed
 
@@ -22,19 +31,29 @@ $(VENV)/.installed: pyproject.toml
 binaries:
 	@bash hack/build-binaries.sh >/dev/null
 
+torch: $(TORCH_VENV)/.installed
+
+$(TORCH_VENV)/.installed:
+	@echo "== one-time: PyTorch $(TORCH_VERSION) into $(TORCH_VENV) (~5 GB, a few minutes)"
+	@test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --disable-pip-version-check torch==$(TORCH_VERSION) numpy \
+		| grep -E '^(Collecting|Downloading|Installing|Successfully)' || true
+	$(TORCH_VENV)/bin/python -c 'import torch; print("== torch", torch.__version__, "ready")'
+	@touch $@
+
 lint: venv
 	$(BIN)/ruff check operator tests e2e bench
 	$(BIN)/mypy
 
-unit: venv
-	$(BIN)/pytest -q tests
+unit: venv $(TORCH_DEP)
+	$(TORCH_ENV) $(BIN)/pytest -q tests
 
 e2e: venv binaries
 	$(BIN)/pytest -q e2e
 
 # The README's test command: lint, unit/property tests, then e2e against a real local control plane.
-test: venv binaries lint
-	$(BIN)/pytest -q tests e2e
+test: venv binaries lint $(TORCH_DEP)
+	$(TORCH_ENV) $(BIN)/pytest -q tests e2e
 
 cluster-up: venv binaries
 	$(BIN)/gpuq cluster up --racks $(RACKS) --nodes-per-rack $(NODES_PER_RACK) --gpus-per-node $(GPUS_PER_NODE)

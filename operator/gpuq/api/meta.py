@@ -14,6 +14,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from gpuq.sdk.protocol import ANNOTATION_CHECKPOINT as ANNOTATION_CHECKPOINT
+from gpuq.sdk.protocol import ANNOTATION_CHECKPOINT_REQUESTED as ANNOTATION_CHECKPOINT_REQUESTED
+
 GROUP = "gpuq.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -27,8 +30,7 @@ LABEL_RANK = "gpuq.dev/rank"
 LABEL_ATTEMPT = "gpuq.dev/attempt"
 # Annotations: a checkpoint report ({"step", "path", "time"}) on a job or its pods, and the
 # operator's request for one (RFC 3339 time of the request) on the pods of a preemption victim.
-ANNOTATION_CHECKPOINT = "gpuq.dev/checkpoint"
-ANNOTATION_CHECKPOINT_REQUESTED = "gpuq.dev/checkpoint-requested"
+# (defined in gpuq.sdk.protocol, standard library only, so worker images need no operator dependencies)
 
 # Kubernetes object names that must also be DNS-1035 labels (Service names, pod hostnames).
 DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"

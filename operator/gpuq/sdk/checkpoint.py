@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpuq.api.meta import ANNOTATION_CHECKPOINT, ANNOTATION_CHECKPOINT_REQUESTED
 from gpuq.sdk.client import annotate_pod, get_pod
 from gpuq.sdk.context import PodContext, SdkError
+from gpuq.sdk.protocol import ANNOTATION_CHECKPOINT, ANNOTATION_CHECKPOINT_REQUESTED
 
 MAX_PATH = 4096  # what status.lastCheckpoint.path accepts
 

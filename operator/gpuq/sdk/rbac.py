@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuq.api.meta import ANNOTATION_CHECKPOINT
+from gpuq.sdk.protocol import ANNOTATION_CHECKPOINT
 
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 
