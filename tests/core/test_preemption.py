@@ -150,12 +150,24 @@ def test_preemption_respects_required_topology_of_the_preemptor() -> None:
 def test_preemption_search_budget_defers_later_preemptors() -> None:
     from gpuq.core import SchedulerConfig
 
-    low = [job(f"ns/low{i}", gpus=8, on=[f"n000{i}"]) for i in range(2)]
-    high = [job(f"ns/high{i}", gpus=8, priority=5, created=900 + i) for i in range(2)]
+    low = [job(f"ns/low{i}", queue=f"q{i}", gpus=8, on=[f"n000{i}"]) for i in range(2)]
+    high = [job(f"ns/high{i}", queue=f"q{i}", gpus=8, priority=5, created=900 + i) for i in range(2)]
     d = run(
-        snap(TWO_NODES, [queue()], [*low, *high]), config=SchedulerConfig(max_preemption_searches_per_cycle=1)
+        snap(TWO_NODES, [queue("q0"), queue("q1")], [*low, *high]),
+        config=SchedulerConfig(max_preemption_searches_per_cycle=1),
     )
     assert len(d.preempt) == 1
     assert pending(d)["ns/high1"].endswith(
         "preemption search deferred to the next cycle (per-cycle budget used)"
     )
+
+
+def test_only_the_queue_head_preempts_in_a_cycle() -> None:
+    """Like Kueue, one preemptor per queue per cycle: the job behind a preempting head waits for the
+    next cycle instead of evicting more gangs now (no reclaim churn over leftovers)."""
+    low = [job(f"ns/low{i}", gpus=8, on=[f"n000{i}"]) for i in range(2)]
+    high = [job(f"ns/high{i}", gpus=8, priority=5, created=900 + i) for i in range(2)]
+    d = run(snap(TWO_NODES, [queue()], [*low, *high]))
+    assert [p.for_job for p in d.preempt] == ["ns/high0"]
+    assert codes(d)["ns/high0"] == PendingCode.PREEMPTING
+    assert codes(d)["ns/high1"] == PendingCode.PLACEMENT

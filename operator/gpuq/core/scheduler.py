@@ -382,12 +382,16 @@ class _Cycle:
                 return _Outcome.ADMITTED
         if allowed != frozenset():
             tiers = tiers or st.pool_tiers(job, R, allowed)
-            if self._preempt(job, q, G, d, Request(d, R, depth), tiers) is _Outcome.WAITING:
+            # Only a queue's head may preempt (as in Kueue): jobs behind it would evict gangs that
+            # leave leftovers for borrowers to take again, a reclaim churn with no end.
+            if is_head and self._preempt(job, q, G, d, Request(d, R, depth), tiers) is _Outcome.WAITING:
                 return _Outcome.WAITING
         if not quota_ok:
             self._pend(job, qc.reason if not qc.ok else model_reason, PendingCode.QUOTA)
             starving = is_head and self.now - job.created_at >= self.cfg.starvation_seconds
-            return _Outcome.STARVED_ON_QUOTA if starving else _Outcome.FAILED
+            if starving and self._quota_alone_blocks(job, q, d, R, depth, tiers):
+                return _Outcome.STARVED_ON_QUOTA
+            return _Outcome.FAILED
         assert tiers is not None
         if not any(p.size for p in tiers[-1]):
             el = self.ix.eligibility(job)
@@ -401,6 +405,7 @@ class _Cycle:
             return _Outcome.FAILED
         if (
             is_head
+            and not self.reserved  # one reservation at a time: each one idles GPUs until it fits
             and code == PendingCode.PLACEMENT
             and self.now - job.created_at >= self.cfg.starvation_seconds
         ):
@@ -414,6 +419,17 @@ class _Cycle:
             reason += f" (capacity reserved for starving {', '.join(self.reserved[:3])})"
         self._pend(job, reason, code)
         return _Outcome.FAILED
+
+    def _quota_alone_blocks(
+        self, job: Job, q: Queue, d: Demand, R: int, depth: int | None, tiers: list[list[Pool]] | None
+    ) -> bool:
+        """Would stopping q help its starving head? Only if the head fits q's nominal quota (its own
+        jobs finishing make room, reclaim does the rest) and the cluster could place it now (else
+        capacity, not q's other jobs, holds it back, and stopping q would only idle q's quota)."""
+        if job.workers.total_gpus > q.nominal_gpus:
+            return False
+        tiers = tiers or self.st.pool_tiers(job, R, None)
+        return place(self.st, tiers, Request(d, R, depth), self.weights) is not None
 
     # ---- preemption & reservations --------------------------------------------------------------
 
