@@ -79,24 +79,34 @@ class QuotaBook:
         negated = {m: -g for m, g in models.items()}
         self.st.record(lambda: self.add(queue, -gpus, negated))
 
+    # The small methods below run millions of times per simulated trace: kept to plain arithmetic.
+
     def used(self, queue: str) -> int:
         return self.usage.get(queue, 0)
 
     def borrowed(self, q: Queue) -> int:
-        return max(0, self.used(q.name) - q.nominal_gpus)
+        over = self.usage.get(q.name, 0) - q.nominal_gpus
+        return over if over > 0 else 0
 
     def lent(self, q: Queue) -> int:
         """GPUs q currently lends to its cohort."""
-        return self._lendable(q, self.used(q.name))
+        return self._lendable(q, self.usage.get(q.name, 0))
 
     @staticmethod
     def _lendable(q: Queue, used: int) -> int:
         """GPUs q lends to its cohort while it uses `used`: its unused nominal, up to its lending limit."""
-        limit = q.nominal_gpus if q.lending_limit_gpus is None else min(q.lending_limit_gpus, q.nominal_gpus)
-        return max(0, min(limit, q.nominal_gpus - used))
+        unused = q.nominal_gpus - used
+        if unused <= 0:
+            return 0
+        limit = q.lending_limit_gpus
+        cap = q.nominal_gpus if limit is None or limit > q.nominal_gpus else limit
+        return unused if unused < cap else max(cap, 0)
 
     def share(self, q: Queue) -> float:
-        return self.borrowed(q) / q.weight if q.weight > 0 else float(self.borrowed(q)) * 1e9
+        over = self.usage.get(q.name, 0) - q.nominal_gpus
+        if over <= 0:
+            return 0.0
+        return over / q.weight if q.weight > 0 else over * 1e9
 
     def needs_borrow(self, q: Queue, gpus: int) -> bool:
         return self.used(q.name) + gpus > q.nominal_gpus

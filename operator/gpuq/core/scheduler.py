@@ -262,9 +262,22 @@ class _Cycle:
                 heapq.heapify(heads)
                 lines[qn] = heads
         heap: list[tuple[tuple[int, float, int, float, str], str]] = []
+        head_failed: set[str] = set()
+        st = self.st
 
         def push(qn: str) -> None:
             heads = lines[qn]
+            if qn in head_failed:
+                # Behind a failed head a class can only be admitted: drop every class whose jobs need
+                # more GPUs than the whole cluster has free, without trying them one by one.
+                while heads and ix.jobs[heads[0][0][2]].workers.total_gpus > st.free_gpus_bound:
+                    ok, ck, cur = heapq.heappop(heads)
+                    if self.explain:  # its reason, as trying it would give (it cannot change anything)
+                        outcome = self._try(ix.jobs[ok[2]], self.queues[qn], is_head=False)
+                        assert outcome is _Outcome.FAILED
+                        self.dead[(qn, ck)] = _Dead(cur + 1, *self.fail_reason)
+                    else:
+                        self.dead[(qn, ck)] = _Dead(cur, "", "")
             if heads:
                 ok = heads[0][0]
                 q = self.queues[qn]
@@ -274,7 +287,6 @@ class _Cycle:
 
         for qn in sorted(lines):
             push(qn)
-        head_failed: set[str] = set()
         while heap:
             if self.admitted >= self.cfg.max_admissions_per_cycle:
                 break
@@ -374,7 +386,7 @@ class _Cycle:
         capped = ""
         if quota_ok:
             p, tiers, capped = self._place_within_model_quota(
-                q, job, d, allowed, lambda t: place(st, t, Request(d, R, depth), self.weights)
+                q, job, d, allowed, lambda t: self._place_new(t, Request(d, R, depth), G)
             )
             if p is not None:
                 st.use_all(p.assign, d, 1)
@@ -426,10 +438,17 @@ class _Cycle:
         """Would stopping q help its starving head? Only if the head fits q's nominal quota (its own
         jobs finishing make room, reclaim does the rest) and the cluster could place it now (else
         capacity, not q's other jobs, holds it back, and stopping q would only idle q's quota)."""
-        if job.workers.total_gpus > q.nominal_gpus:
+        G = job.workers.total_gpus
+        if G > q.nominal_gpus:
             return False
         tiers = tiers or self.st.pool_tiers(job, R, None)
-        return place(self.st, tiers, Request(d, R, depth), self.weights) is not None
+        return self._place_new(tiers, Request(d, R, depth), G) is not None
+
+    def _place_new(self, tiers: list[list[Pool]], req: Request, gpus: int) -> Placement | None:
+        """place(), short-cut when the whole cluster has fewer free GPUs than the gang needs."""
+        if gpus > self.st.free_gpus_bound:
+            return None
+        return place(self.st, tiers, req, self.weights)
 
     # ---- preemption & reservations --------------------------------------------------------------
 

@@ -28,6 +28,8 @@ class CycleState:
         self.free_gpu = ix.free_gpu[:]  # int64 arrays: memcpy
         self.free_cpu = ix.free_cpu[:]
         self.free_mem = ix.free_mem[:]
+        # GPUs free on all nodes (negative nodes count 0): no gang larger than this fits anywhere.
+        self.free_gpus_bound = sum(f for f in self.free_gpu if f > 0)
         self.free_extra = dict(ix.free_extra)  # sparse; inner dicts are replaced on write, never mutated
         self.open_all = ix.open_all.copy()
         self.open_by_model = {m: p.copy() for m, p in ix.open_by_model.items()}
@@ -50,6 +52,7 @@ class CycleState:
             old = self.free_gpu[n]
             new = old - gpus
             self.free_gpu[n] = new
+            self.free_gpus_bound += max(new, 0) - max(old, 0)
             for p in self.live_pools:
                 if p.member[n]:
                     p.move(n, old, new)
