@@ -215,3 +215,36 @@ def test_interchangeable_jobs_keep_every_invariant(sc: Scenario, rnd: random.Ran
     new_admissions = sum(1 for a in d.admit if not a.restart)
     if new_admissions < cfg.max_admissions_per_cycle:
         assert all(p.code != PendingCode.CYCLE_LIMIT for p in d.pending), "skipped jobs left unexplained"
+
+
+@PROPERTY
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_quiet_cycle_memo_decides_like_a_fresh_cycle(sc: Scenario, rnd: random.Random) -> None:
+    """After a cycle that decided nothing, the next one (new pending jobs only, later time) may recall
+    the classes that failed; it must decide exactly like a cycle that tries everything."""
+    s, cfg = sc
+    ix = ClusterIndex(s, cfg)
+    d = schedule(s, NOW, cfg, index=ix, explain=False)
+    for _ in range(4):  # drop what got admitted or preempts until a cycle decides nothing
+        if not (d.admit or d.preempt or d.restart):
+            break
+        gone = {a.job for a in d.admit} | {p.for_job for p in d.preempt}
+        if d.restart or not gone:
+            return
+        s = replace(s, jobs=tuple(j for j in s.jobs if j.key not in gone))
+        ix = ClusterIndex(s, cfg)
+        d = schedule(s, NOW, cfg, index=ix, explain=False)
+    later = NOW + rnd.choice((0.0, 1.0, 250.0, 5000.0))
+    new = [
+        replace(
+            j,
+            key=f"{j.key}-new{i}",
+            created_at=later - rnd.choice((0.0, 400.0)),
+            priority=j.priority + rnd.choice((0, 0, 1, 100)),
+        )
+        for i, j in enumerate(s.jobs)
+        if j.running is None and not j.recovering and rnd.random() < 0.7
+    ]
+    s2 = replace(s, jobs=(*s.jobs, *new))
+    ix.apply(s2, jobs=new)
+    assert schedule(s2, later, cfg, index=ix, explain=False) == schedule(s2, later, cfg, explain=False)

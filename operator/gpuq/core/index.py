@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.constraints import (
@@ -46,6 +46,18 @@ def pending_class(job: Job, d: Demand) -> Hashable:
     shape, constraints and topology request (only their order and age differ)."""
     c = job.constraints
     return (job.priority, job.workers.replicas, d, constraints_key(c), c.mixed_models, job.topology)
+
+
+def _started(old: Job, new: Job) -> bool:
+    """A queued job that just started, nothing else about it changed: it only takes capacity."""
+    return (
+        old.running is None
+        and not old.recovering
+        and new.running is not None
+        and not new.recovering
+        and not new.evicting
+        and replace(new, running=None) == old
+    )
 
 
 class SnapshotError(ValueError):
@@ -85,6 +97,12 @@ class ClusterIndex:
 
     def _build(self, snapshot: Snapshot) -> None:
         self.rebuilds += 1
+        # Bumped by every delta except the arrival of a new pending job: equal counts between two
+        # cycles mean no job left or started, nothing released, no node changed (see scheduler).
+        self.changes = 0
+        self.takes = 0  # pending jobs that started running (capacity only shrinks): not a change
+        self.min_runtime_running = 0  # running jobs with minRuntimeSeconds (time alone changes victims)
+        self.cycle_memo: object | None = None  # what the last cycle left for the next (scheduler)
         self._pools_ready = False  # _use() keeps pools current only once they exist
         self.snapshot = snapshot
         self.topology = snapshot.topology
@@ -248,6 +266,8 @@ class ClusterIndex:
         if missing:
             self.orphans[key] = tuple(sorted(set(missing)))
         self.running_by_queue.setdefault(job.queue, set()).add(key)
+        if job.min_runtime_seconds > 0:
+            self.min_runtime_running += 1
         prios = self.running_priorities.setdefault(job.queue, {})
         prios[job.priority] = prios.get(job.priority, 0) + 1
         for i, k in placed:
@@ -274,6 +294,8 @@ class ClusterIndex:
         placed = self.job_nodes.pop(key)
         self.orphans.pop(key, None)
         self.running_by_queue[job.queue].discard(key)
+        if job.min_runtime_seconds > 0:
+            self.min_runtime_running -= 1
         prios = self.running_priorities[job.queue]
         prios[job.priority] -= 1
         if not prios[job.priority]:
@@ -359,13 +381,22 @@ class ClusterIndex:
             self._build(snapshot)
             return
         for nd in nodes:
+            self.changes += 1
             self._update_node(nd)
         for key in removed_jobs:
             if key in self.jobs:
+                self.changes += 1
                 self._remove_job(key)
         for job in jobs:
-            if job.key in self.jobs:
+            old = self.jobs.get(job.key)
+            if old is not None:
+                if _started(old, job):
+                    self.takes += 1
+                else:
+                    self.changes += 1
                 self._remove_job(job.key)
+            elif job.running is not None or job.recovering:
+                self.changes += 1
             self._add_job(job)
         self.snapshot = snapshot
         if len(snapshot.nodes) != len(self.nodes) or len(snapshot.jobs) != len(self.jobs):

@@ -57,7 +57,47 @@ def schedule(
         if index.config != config:
             raise ValueError("the index was built with another SchedulerConfig")
         ix = index
-    return _Cycle(ix, snapshot, now, config, explain).run()
+    cycle = _Cycle(ix, snapshot, now, config, explain)
+    decisions = cycle.run()
+    # A cycle that preempted nothing leaves a memo for the next one (see _Memo).
+    if explain or decisions.preempt or decisions.restart:
+        ix.cycle_memo = None
+    else:
+        admitted = tuple(a.job for a in decisions.admit)
+        ix.cycle_memo = _Memo(ix.changes, ix.takes, admitted, snapshot.queues, now, config, cycle.failed_out)
+    return decisions
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """How a pending class failed in a cycle (its first job tried, as head or not)."""
+
+    key: str
+    head: bool
+    starving: bool
+    searched: bool  # it ran a preemption search (counts against the per-cycle budget)
+    # Starving heads holding a reservation when it failed: with another set (a new arrival may take
+    # such a head's place), what the class saw free differs.
+    reserved: tuple[str, ...]
+    reason: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Memo:
+    """What a cycle that preempted nothing leaves for the next (explain=False only). If since then its
+    admissions started and otherwise only new pending jobs came in (ClusterIndex.changes/takes), no
+    capacity or quota was freed: a class whose same first job fails in the same role (head or not,
+    starving or not, behind the same reservations) fails again and need not be tried, unless it is a
+    head that jobs started since could now be preempted for."""
+
+    changes: int
+    takes: int
+    admitted: tuple[str, ...]
+    queues: tuple[Queue, ...]
+    now: float
+    config: SchedulerConfig
+    failed: dict[tuple[str, int], _Failed]
 
 
 class _Outcome(Enum):
@@ -95,6 +135,7 @@ class _Cycle:
         self, ix: ClusterIndex, snapshot: Snapshot, now: float, config: SchedulerConfig, explain: bool
     ) -> None:
         self.ix = ix
+        self.snapshot = snapshot
         self.now = now
         self.cfg = config
         self.explain = explain
@@ -123,11 +164,33 @@ class _Cycle:
         self.stops: dict[str, tuple[OrderKey, str, str]] = {}  # queue -> (blocking head, reason, code)
         self.fail_reason: tuple[str, str] = ("", "")  # of the last _try that failed, for its class
         self._invalid_memo: dict[int, str | None] = {}
+        self.failed_out: dict[tuple[str, int], _Failed] = {}  # for the next cycle's memo
+        self.failed_in: dict[tuple[str, int], _Failed] = {}  # the last cycle's, when still valid
+        self.started_since = False  # jobs started since the last cycle (new preemption victims)
 
     # ---- driver ---------------------------------------------------------------------------------
 
+    def _memo_still_valid(self, snapshot: Snapshot) -> bool:
+        memo, ix = self.ix.cycle_memo, self.ix
+        return (
+            not self.explain
+            and isinstance(memo, _Memo)
+            and memo.changes == ix.changes
+            and all(ix.jobs[k].running is not None for k in memo.admitted if k in ix.jobs)
+            and all(k in ix.jobs for k in memo.admitted)
+            and memo.queues == snapshot.queues
+            and memo.config == self.cfg
+            and memo.now <= self.now
+            and not self.restarts  # failover releases resources
+            and ix.min_runtime_running == 0  # victims may become allowed by time alone
+        )
+
     def run(self) -> Decisions:
         recoveries = self._failover()
+        if self._memo_still_valid(self.snapshot):
+            assert isinstance(self.ix.cycle_memo, _Memo)
+            self.failed_in = self.ix.cycle_memo.failed
+            self.started_since = self.ix.takes != self.ix.cycle_memo.takes
         for key in self.ix.recovering:
             job = self.ix.jobs[key]
             prev = self._indices(job.previous_placement)
@@ -301,7 +364,7 @@ class _Cycle:
                 self._advance(heads, keys, ck, cur)
                 push(qn)
                 continue
-            outcome = self._try(job, q, is_head=qn not in head_failed)
+            outcome = self._try_or_recall(job, q, qn, ck, is_head=qn not in head_failed)
             if outcome is _Outcome.ADMITTED:
                 self._advance(heads, keys, ck, cur)
                 push(qn)
@@ -323,6 +386,36 @@ class _Cycle:
                 )
             else:
                 push(qn)
+
+    def _try_or_recall(self, job: Job, q: Queue, qn: str, ck: int, is_head: bool) -> _Outcome:
+        """_try, or the last cycle's failure of this class when nothing that could change it did."""
+        starving = self.now - job.created_at >= self.cfg.starvation_seconds
+        prev = self.failed_in.get((qn, ck))
+        if (
+            prev is not None
+            and not self.preempts  # evictions free their queues' quota: a reclaim may now be allowed
+            and prev.key == job.key
+            and prev.head == is_head
+            and prev.starving == starving
+            and prev.reserved == tuple(self.reserved)
+            and not (
+                is_head
+                and self.started_since
+                and preemption.may_have_victims(self.ix, self.book, job, q, job.workers.total_gpus)
+            )
+        ):
+            self.searches += prev.searched
+            self.fail_reason = (prev.reason, prev.code)
+            self.failed_out[(qn, ck)] = prev
+            return _Outcome.FAILED
+        searches = self.searches
+        outcome = self._try(job, q, is_head)
+        if outcome is _Outcome.FAILED and job.key not in self.deferred and job.key not in self.reserved:
+            searched = self.searches > searches
+            self.failed_out[(qn, ck)] = _Failed(
+                job.key, is_head, starving, searched, tuple(self.reserved), *self.fail_reason
+            )
+        return outcome
 
     @staticmethod
     def _advance(heads: _Heads, keys: list[OrderKey], ck: int, cur: int) -> None:
@@ -438,11 +531,11 @@ class _Cycle:
         """Would stopping q help its starving head? Only if the head fits q's nominal quota (its own
         jobs finishing make room, reclaim does the rest) and the cluster could place it now (else
         capacity, not q's other jobs, holds it back, and stopping q would only idle q's quota)."""
-        G = job.workers.total_gpus
-        if G > q.nominal_gpus:
+        gpus = job.workers.total_gpus
+        if gpus > q.nominal_gpus:
             return False
         tiers = tiers or self.st.pool_tiers(job, R, None)
-        return self._place_new(tiers, Request(d, R, depth), G) is not None
+        return self._place_new(tiers, Request(d, R, depth), gpus) is not None
 
     def _place_new(self, tiers: list[list[Pool]], req: Request, gpus: int) -> Placement | None:
         """place(), short-cut when the whole cluster has fewer free GPUs than the gang needs."""
