@@ -162,6 +162,7 @@ class ClusterIndex:
         self.queued: dict[str, dict[int, list[OrderKey]]] = {}
         self.job_class: dict[str, int] = {}
         self.class_ids: dict[Hashable, int] = {}  # pending class -> small int (cheap to hash)
+        self.class_invalid: dict[int, str | None] = {}  # pending class -> spec error (scheduler fills)
         self.evicting: set[str] = set()
         self.usage: dict[str, int] = {}  # queue -> GPUs held (running, not evicting) or kept (recovering)
         self.model_usage: dict[str, dict[str, int]] = {}

@@ -163,7 +163,6 @@ class _Cycle:
         self.dead: dict[tuple[str, int], _Dead] = {}  # (queue, pending class) -> failed this cycle
         self.stops: dict[str, tuple[OrderKey, str, str]] = {}  # queue -> (blocking head, reason, code)
         self.fail_reason: tuple[str, str] = ("", "")  # of the last _try that failed, for its class
-        self._invalid_memo: dict[int, str | None] = {}
         self.failed_out: dict[tuple[str, int], _Failed] = {}  # for the next cycle's memo
         self.failed_in: dict[tuple[str, int], _Failed] = {}  # the last cycle's, when still valid
         self.started_since = False  # jobs started since the last cycle (new preemption victims)
@@ -426,9 +425,12 @@ class _Cycle:
             heapq.heappop(heads)
 
     def _invalid_class(self, ck: int, first: OrderKey) -> str | None:
-        if ck not in self._invalid_memo:
-            self._invalid_memo[ck] = self._invalid(self.ix.jobs[first[2]])
-        return self._invalid_memo[ck]
+        """A class's spec error: it depends only on the class and the topology levels, which stay the
+        same for the index's lifetime, so the index keeps it."""
+        memo = self.ix.class_invalid
+        if ck not in memo:
+            memo[ck] = self._invalid(self.ix.jobs[first[2]])
+        return memo[ck]
 
     def _admitted(self, key: str) -> bool:
         return key in self._admitted_keys
