@@ -8,7 +8,7 @@ from gpuq.core import SchedulerConfig
 from gpuq.core.decisions import PendingCode
 from gpuq.core.model import Constraints, Health, Resources, Taint, TaintEffect, Toleration
 
-from .helpers import NOW, admitted, cluster, codes, job, pending, queue, run, snap
+from .helpers import NOW, admitted, cluster, codes, job, node, pending, queue, run, snap
 
 NODES = cluster(racks=2, nodes_per_rack=2)  # racks r000 (n0000, n0001) and r001 (n0010, n0011)
 
@@ -162,3 +162,16 @@ def test_gang_failing_on_one_node_takes_its_other_not_ready_nodes_with_it() -> N
     d = run(snap(nodes, [queue()], jobs))
     assert [(r.job, r.failed_nodes) for r in d.restart] == [("ns/a", ("n0000", "n0001"))]
     assert not {"n0000", "n0001"} & set(admitted(d).get("ns/a", ()))
+
+
+def test_a_gang_is_never_re_placed_on_the_node_failing_it_now() -> None:
+    """Found by the clone property: a gang failed by a node's bad GPUs went back onto that node (the
+    "recovered node beats waiting" fallback) while its old pods still held it: over-committed, and
+    failed again next cycle. Only nodes that failed it in earlier attempts may be a fallback."""
+    degraded = node("n-bad", gpus=8, healthy_gpus=7)
+    spare = node("n-spare", gpus=8, healthy_gpus=6)  # room for one 4-GPU worker, not two
+    gang = job("ns/gang", gpus=4, replicas=2, on=["n-bad", "n-bad"])
+    d = run(snap([degraded, spare], [queue()], [gang]))
+    assert [r.job for r in d.restart] == ["ns/gang"]
+    assert admitted(d) == {}
+    assert "ns/gang" in pending(d)

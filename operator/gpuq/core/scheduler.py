@@ -110,10 +110,11 @@ class _Outcome(Enum):
 @dataclass(frozen=True, slots=True)
 class _Recovery:
     job: Job
-    exclude: frozenset[int]
+    exclude: frozenset[int]  # nodes that failed under it, now or in earlier attempts
     previous: tuple[int, ...]  # node indices it ran on (known nodes only)
     not_before: float
     old: tuple[tuple[int, int], ...]  # resources it still holds this cycle (restarted now)
+    failing: frozenset[int] = frozenset()  # nodes failing it right now: never a fallback
 
 
 _Heads = list[tuple[OrderKey, int, int]]  # heap of (class head's order key, class, cursor)
@@ -220,7 +221,8 @@ class _Cycle:
             self.unavailable.add(f.job)
             exclude = self._indices_set(f.nodes) | self._indices_set(job.avoid_nodes)
             prev = self._indices(job.running.placement)
-            out.append(_Recovery(job, exclude, prev, not_before, ix.job_nodes[f.job]))
+            failing = self._indices_set(f.nodes)
+            out.append(_Recovery(job, exclude, prev, not_before, ix.job_nodes[f.job], failing))
         return out
 
     def _prefer_domains(self, previous: tuple[int, ...]) -> list[int]:
@@ -266,7 +268,8 @@ class _Cycle:
         def search(tiers: list[list[Pool]]) -> Placement | None:
             # Nodes that failed under the job are avoided; when nothing else fits, a recovered one (now
             # healthy, Ready and not flapping) beats waiting forever: placement skips unusable nodes anyway.
-            for exclude in (r.exclude, frozenset()) if r.exclude else (r.exclude,):
+            # A node failing it right now is no fallback: its old pods still hold it, and it fails it.
+            for exclude in (r.exclude, r.failing) if r.exclude != r.failing else (r.exclude,):
                 for dom in self._prefer_domains(r.previous):
                     p = place(st, tiers, Request(d, R, depth, dom, exclude), self.weights)
                     if p is not None:
