@@ -121,7 +121,8 @@ def test_quota_admission_order_and_waiting_position(
     gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
 ) -> None:
     q = queue(16, preemption={"withinQueue": "Never"})
-    gpuq.submit(ns, "first", q, 2, 8, annotations={SIM_DURATION: "5s"})
+    # Long enough to outlast the operator's position refresh interval (5 s) with room to spare.
+    gpuq.submit(ns, "first", q, 2, 8, annotations={SIM_DURATION: "20s"})
     phase(gpuq, operator, ns, "first", "Running")
     gpuq.submit(ns, "low", q, 2, 8, priority=0)
     gpuq.submit(ns, "high", q, 2, 8, priority=10)
@@ -131,7 +132,7 @@ def test_quota_admission_order_and_waiting_position(
     admitted = gpuq.condition(ns, "high", "Admitted")
     assert admitted is not None and admitted["status"] == "False"
     assert not gpuq.pods(ns, "high") and not gpuq.pods(ns, "low")
-    phase(gpuq, operator, ns, "first", "Succeeded", timeout=30)
+    phase(gpuq, operator, ns, "first", "Succeeded", timeout=45)
     phase(gpuq, operator, ns, "high", "Running", timeout=30)
     low = gpuq.wait_status(ns, "low", lambda s: s.get("queuePosition") == 1, 30, "low moves up")
     assert low["phase"] == "Queued"

@@ -32,6 +32,7 @@ from gpuq.logs import get_logger
 log = get_logger("gpuq.loop")
 
 POSITION_REFRESH_SECONDS = 5.0
+BUSY_RETRY_SECONDS = 1.0  # a pending job's status update skipped while a write for it runs
 
 ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
 
@@ -274,7 +275,11 @@ class SchedulingLoop:
             self._start_preemption(p, now, failed)
         for pending in d.pending:
             job = self.cache.jobs.get(pending.job)
-            if job is None or pending.job in self.writer.busy:
+            if job is None:
+                continue
+            if pending.job in self.writer.busy:
+                # Its status is being written: retry soon, or a quiet cluster never shows the update.
+                self.wake_at(now + BUSY_RETRY_SECONDS)
                 continue
             patch = intents.pending_status(job, pending, now)
             if patch.keys() == {"queuePosition"}:
