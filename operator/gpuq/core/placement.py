@@ -127,8 +127,8 @@ class _Search:
 
 def place_in_pool(st: CycleState, pool: Pool, req: Request, weights: Sequence[float]) -> Placement | None:
     """The best placement of the request in one pool, or None. Does not change the state."""
-    if pool.size == 0:
-        return None
+    if pool.size == 0 or req.demand.gpus * req.replicas > st.free_gpus_bound:
+        return None  # (the second: fewer GPUs free in the whole cluster than the gang needs)
     tree = st.tree
     memo_key: Hashable = (pool.name, id(pool), req.demand, req.required_depth, req.within, req.exclude)
     seen = st.fail_memo.get(memo_key)

@@ -170,15 +170,14 @@ class _Cycle:
 
     # ---- driver ---------------------------------------------------------------------------------
 
-    def _memo_still_valid(self, snapshot: Snapshot) -> bool:
+    def _memo_still_valid(self) -> bool:
         memo, ix = self.ix.cycle_memo, self.ix
         return (
             not self.explain
             and isinstance(memo, _Memo)
             and memo.changes == ix.changes
-            and all(ix.jobs[k].running is not None for k in memo.admitted if k in ix.jobs)
-            and all(k in ix.jobs for k in memo.admitted)
-            and memo.queues == snapshot.queues
+            and all(k in ix.jobs and ix.jobs[k].running is not None for k in memo.admitted)
+            and memo.queues == self.snapshot.queues
             and memo.config == self.cfg
             and memo.now <= self.now
             and not self.restarts  # failover releases resources
@@ -187,7 +186,7 @@ class _Cycle:
 
     def run(self) -> Decisions:
         recoveries = self._failover()
-        if self._memo_still_valid(self.snapshot):
+        if self._memo_still_valid():
             assert isinstance(self.ix.cycle_memo, _Memo)
             self.failed_in = self.ix.cycle_memo.failed
             self.started_since = self.ix.takes != self.ix.cycle_memo.takes
@@ -362,7 +361,7 @@ class _Cycle:
             job = ix.jobs[ok[2]]
             q = self.queues[qn]
             if job.not_before > now:
-                self._pend(job, f"back-off: next attempt in {job.not_before - now:.0f}s", PendingCode.BACKOFF)
+                self._pend_backoff(job)
                 self._advance(heads, keys, ck, cur)
                 push(qn)
                 continue
@@ -435,9 +434,6 @@ class _Cycle:
             memo[ck] = self._invalid(self.ix.jobs[first[2]])
         return memo[ck]
 
-    def _admitted(self, key: str) -> bool:
-        return key in self._admitted_keys
-
     def _explain_queued(self) -> None:
         """Reasons for the queued jobs the cycle did not try itself (see _Dead, stops, the cycle limit)."""
         ix, now = self.ix, self.now
@@ -460,8 +456,7 @@ class _Cycle:
                         self._pend(job, stop[1], stop[2])
                     elif dead is not None and i >= dead.start:
                         if job.not_before > now:
-                            wait = job.not_before - now
-                            self._pend(job, f"back-off: next attempt in {wait:.0f}s", PendingCode.BACKOFF)
+                            self._pend_backoff(job)
                         else:
                             self._pend(job, dead.reason, dead.code)
                     else:
@@ -484,7 +479,7 @@ class _Cycle:
         capped = ""
         if quota_ok:
             p, tiers, capped = self._place_within_model_quota(
-                q, job, d, allowed, lambda t: self._place_new(t, Request(d, R, depth), G)
+                q, job, d, allowed, lambda t: place(st, t, Request(d, R, depth), self.weights)
             )
             if p is not None:
                 st.use_all(p.assign, d, 1)
@@ -540,13 +535,7 @@ class _Cycle:
         if gpus > q.nominal_gpus:
             return False
         tiers = tiers or self.st.pool_tiers(job, R, None)
-        return self._place_new(tiers, Request(d, R, depth), gpus) is not None
-
-    def _place_new(self, tiers: list[list[Pool]], req: Request, gpus: int) -> Placement | None:
-        """place(), short-cut when the whole cluster has fewer free GPUs than the gang needs."""
-        if gpus > self.st.free_gpus_bound:
-            return None
-        return place(self.st, tiers, req, self.weights)
+        return place(self.st, tiers, Request(d, R, depth), self.weights) is not None
 
     # ---- preemption & reservations --------------------------------------------------------------
 
@@ -717,6 +706,9 @@ class _Cycle:
         nodes = self.ix.nodes
         self.admits.append(Admit(job.key, tuple(nodes[n].name for n in p.nodes), p.cost, borrowed, restart))
         self._admitted_keys.add(job.key)
+
+    def _pend_backoff(self, job: Job) -> None:
+        self._pend(job, f"back-off: next attempt in {job.not_before - self.now:.0f}s", PendingCode.BACKOFF)
 
     def _pend(self, job: Job, reason: str, code: str, nominated: tuple[str, ...] = ()) -> None:
         if job.key in self.deferred:
