@@ -41,14 +41,7 @@ def operator(
 ) -> Iterator[OperatorProcess]:
     if not cluster.can_fail_nodes:
         pytest.skip("backend cannot fail nodes")
-    work = tmp_path_factory.mktemp("failover-operator")
-    (work / "config.yaml").write_text(CONFIG)
-    op = OperatorProcess(
-        cluster.kubeconfig, work / "operator.log", work / "config.yaml", log_level="DEBUG"
-    ).start()
-    yield op
-    op.stop()
-    print(f"operator log: {op.log_path}")
+    yield from shared.run_operator(cluster, tmp_path_factory, "failover-operator", CONFIG)
 
 
 @pytest.fixture

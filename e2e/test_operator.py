@@ -25,18 +25,25 @@ def gpuq(cluster: E2ECluster) -> GpuqClient:
     return GpuqClient(cluster.api)
 
 
-@pytest.fixture(scope="module")
-def operator(
-    cluster: E2ECluster, gpuq: GpuqClient, tmp_path_factory: pytest.TempPathFactory
+def run_operator(
+    cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory, name: str, config: str
 ) -> Iterator[OperatorProcess]:
-    work = tmp_path_factory.mktemp("operator")
-    (work / "config.yaml").write_text(FAST_CONFIG)
+    """Body of a module-scoped operator fixture: `gpuq operator run` with `config`, stopped afterwards."""
+    work = tmp_path_factory.mktemp(name)
+    (work / "config.yaml").write_text(config)
     op = OperatorProcess(
         cluster.kubeconfig, work / "operator.log", work / "config.yaml", log_level="DEBUG"
     ).start()
     yield op
     op.stop()
     print(f"operator log: {op.log_path}")
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: E2ECluster, gpuq: GpuqClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    yield from run_operator(cluster, tmp_path_factory, "operator", FAST_CONFIG)
 
 
 @pytest.fixture
