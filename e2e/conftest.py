@@ -67,6 +67,7 @@ def _from_devcluster(backend: str, dev: Cluster) -> E2ECluster:
         shape=dev.shape,
         _fail=dev.fail_node,
         _recover=dev.recover_node,
+        dev=dev,
     )
 
 
@@ -150,7 +151,16 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     if backend not in BACKENDS:
         pytest.fail(f"GPUQ_E2E_CLUSTER={backend!r}: expected one of {', '.join(BACKENDS)}")
     with BACKENDS[backend](request.session) as handle:
+        _ensure_namespace(handle.core, "gpuq-system")  # the operators' leader-election Lease lives here
         yield handle
+
+
+def _ensure_namespace(core: k8s.CoreV1Api, name: str) -> None:
+    try:
+        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ the offending path, so a typo never silently falls back to a default.
         - {name: node,  label: kubernetes.io/hostname}
     weights: {node: 1, rack: 4, block: 16, zone: 64}
     failover: {notReadyGraceSeconds: 10, backoffBaseSeconds: 5, backoffMaxSeconds: 300,
-               nodeFlapWindowSeconds: 600, nodeFlapThreshold: 3}
+               nodeFlapWindowSeconds: 600, nodeFlapThreshold: 3,
+               disruptionFraction: 0.3, disruptionMinNodes: 3, disruptionMaxSeconds: 300}
     starvationSeconds: 300
     maxAdmissionsPerCycle: 10000
     maxPreemptionSearchesPerCycle: 16
@@ -84,6 +85,9 @@ class _Failover(_Strict):
     backoff_max_seconds: float = Field(default=_DEFAULT.failover.backoff_max_seconds, ge=0)
     node_flap_window_seconds: float = Field(default=_DEFAULT.failover.node_flap_window_seconds, ge=0)
     node_flap_threshold: int = Field(default=_DEFAULT.failover.node_flap_threshold, ge=1)
+    disruption_fraction: float = Field(default=_DEFAULT.failover.disruption_fraction, ge=0, le=1)
+    disruption_min_nodes: int = Field(default=_DEFAULT.failover.disruption_min_nodes, ge=1)
+    disruption_max_seconds: float = Field(default=_DEFAULT.failover.disruption_max_seconds, ge=0)
 
 
 class _Config(_Strict):

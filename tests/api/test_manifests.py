@@ -66,10 +66,22 @@ def test_deployment_runs_the_operator_command() -> None:
     from gpuq.cli import build_parser
 
     deploy = next(d for d in docs(MANIFESTS / "deployment.yaml") if d["kind"] == "Deployment")
-    assert deploy["spec"]["replicas"] == 1 and deploy["spec"]["strategy"]["type"] == "Recreate"
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     args = build_parser().parse_args(container["args"])
     assert args.command == "operator" and str(args.config) == "/etc/gpuq/config.yaml"
+    # A standby replica is safe only with leader election, whose identity and Lease namespace
+    # come from the pod.
+    assert deploy["spec"]["replicas"] == 2 and args.leader_elect
+    env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+    assert env == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz" and args.health_port == 8080
+
+
+def test_rbac_lets_the_operator_elect_a_leader() -> None:
+    role = next(d for d in docs(MANIFESTS / "rbac.yaml") if d["kind"] == "Role")
+    verbs = {v for r in role["rules"] if "leases" in r["resources"] for v in r["verbs"]}
+    assert {"get", "create", "update", "list", "watch"} <= verbs
 
 
 @pytest.mark.parametrize("path", sorted((MANIFESTS / "samples").glob("*.yaml")), ids=lambda p: p.name)

@@ -28,6 +28,9 @@ LABEL_JOB_NAME = "gpuq.dev/job-name"
 LABEL_QUEUE = "gpuq.dev/queue"
 LABEL_RANK = "gpuq.dev/rank"
 LABEL_ATTEMPT = "gpuq.dev/attempt"
+# Which admission created a worker pod (operator identity / admission id): after a lost answer or a
+# change of leader, an admission rolls back only the pods it created itself.
+ANNOTATION_CREATED_BY = "gpuq.dev/created-by"
 # Annotations: a checkpoint report ({"step", "path", "time"}) on a job or its pods, and the
 # operator's request for one (RFC 3339 time of the request) on the pods of a preemption victim.
 # (defined in gpuq.sdk.protocol, standard library only, so worker images need no operator dependencies)

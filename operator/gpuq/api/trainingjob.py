@@ -159,6 +159,20 @@ class CheckpointReport(ApiModel):
     time: datetime = Field(description="When it was written (RFC 3339).")
 
 
+class PreemptionStatus(ApiModel):
+    """A preemption in progress: the victim was asked to checkpoint and is evicted at the deadline
+    (or as soon as it reports a newer checkpoint). Kept in status so it survives operator restarts."""
+
+    preemptor: str = Field(min_length=1, description="The job (namespace/name) it makes room for.")
+    reason: str = Field(default="", description="Why this job was chosen as a victim.")
+    requested_at: datetime = Field(description="When the checkpoint was requested.")
+    deadline: datetime = Field(description="When the victim is evicted at the latest.")
+    checkpoint_before: CheckpointReport | None = Field(
+        default=None,
+        description="The victim's latest checkpoint when it was asked (a newer one ends the wait).",
+    )
+
+
 class TrainingJobStatus(ApiModel):
     phase: Phase | None = Field(
         default=None, description="Queued, Admitted, Running, Recovering, Preempted, ..."
@@ -179,6 +193,17 @@ class TrainingJobStatus(ApiModel):
         default=0, ge=0, description="Restarts after failures (counted against maxRestarts)."
     )
     preemptions: int = Field(default=0, ge=0, description="Times the job was preempted.")
+    preemption: PreemptionStatus | None = Field(
+        default=None, description="Set while the job is being preempted (waiting for its checkpoint)."
+    )
+    rejections: int = Field(
+        default=0,
+        ge=0,
+        description=(
+            "Admissions in a row that a kubelet refused (e.g. OutOfnvidia.com/gpu after another scheduler "
+            "took the GPUs); they cost no restart. Reset when the gang runs."
+        ),
+    )
     attempt: int = Field(
         default=0, ge=0, description="Admission counter; pods of attempt N carry label gpuq.dev/attempt=N."
     )

@@ -9,7 +9,7 @@ cycle already counts its GPUs (Kueue's assume/forget).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,15 @@ class Assumed:
     attempt: int
     placement: tuple[str, ...]
     started_at: float
+    uncertain: bool = False  # its status write got no answer: it may or may not have landed
+
+
+def _rv_after(a: str | None, b: str | None) -> bool:
+    """Version a is strictly later than version b (False when either is unknown or not an integer)."""
+    try:
+        return a is not None and b is not None and int(a) > int(b)
+    except ValueError:
+        return False
 
 
 def _newer_or_same(old_rv: str | None, new_rv: str | None) -> bool:
@@ -101,6 +110,55 @@ class ClusterCache:
                 self._tombstones.popitem(last=False)
         return True
 
+    def resource_version(self, kind: str, key: str) -> str | None:
+        return self._rv.get((kind, key))
+
+    # -- the informers' sink -------------------------------------------------------------------
+    def _kinds(
+        self,
+    ) -> dict[
+        str, tuple[dict[str, Any], Callable[[Mapping[str, Any]], None], Callable[[Mapping[str, Any]], None]]
+    ]:
+        return {
+            "node": (self.nodes, self.upsert_node, self.delete_node),
+            "queue": (self.queues, self.upsert_queue, self.delete_queue),
+            "namespace": (self.namespaces, self.upsert_namespace, self.delete_namespace),
+            "job": (self.jobs, self.upsert_job, self.delete_job),
+            "pod": (self.pods, self.upsert_pod, self.delete_pod),
+        }
+
+    def apply(self, kind: str, event_type: str, body: Mapping[str, Any]) -> None:
+        _, upsert, delete = self._kinds()[kind]
+        (delete if event_type == "DELETED" else upsert)(body)
+
+    def replace(
+        self, kind: str, bodies: Iterable[Mapping[str, Any]], resource_version: str, scope: str | None = None
+    ) -> None:
+        """A full list of `kind` (in namespace `scope`, if set) at `resource_version`: what it lacks
+        was deleted meanwhile, unless the cache holds a later version (a write of ours that the list
+        predates)."""
+        table, upsert, delete = self._kinds()[kind]
+        listed: set[str] = set()
+        for body in bodies:
+            md = _meta(body)
+            listed.add(f"{md['namespace']}/{md['name']}" if md.get("namespace") else md["name"])
+            upsert(body)
+        prefix = f"{scope}/" if scope else ""
+        for key in [k for k in table if k not in listed and k.startswith(prefix)]:
+            if _rv_after(self._rv.get((kind, key)), resource_version):
+                continue
+            ns, _, name = key.rpartition("/")
+            uid = self._uid.get((kind, key))
+            delete(
+                {
+                    "metadata": {
+                        "name": name,
+                        **({"namespace": ns} if ns else {}),
+                        **({"uid": uid} if uid else {}),
+                    }
+                }
+            )
+
     def _changed(self) -> None:
         self.changes += 1
         self.on_change()
@@ -159,6 +217,11 @@ class ClusterCache:
     def assume(self, job: str, attempt: int, placement: tuple[str, ...], now: float) -> None:
         self.assumed[job] = Assumed(attempt, placement, now)
         self._changed()
+
+    def mark_uncertain(self, job: str) -> None:
+        a = self.assumed.get(job)
+        if a is not None:
+            self.assumed[job] = Assumed(a.attempt, a.placement, a.started_at, uncertain=True)
 
     def forget(self, job: str) -> None:
         if self.assumed.pop(job, None) is not None:

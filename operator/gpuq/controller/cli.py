@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+from gpuq.controller.kubeapi import ApiPolicy
+from gpuq.controller.leader import LeaseConfig
+
+_LEASE, _API = LeaseConfig(), ApiPolicy()  # the defaults the flags show
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -36,6 +42,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     run.add_argument(
         "--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
+    )
+    run.add_argument("--health-port", type=int, default=0, help="liveness endpoint /healthz (0: off)")
+    le = run.add_argument_group("leader election (a Lease; only the leader schedules and writes)")
+    le.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="take part in leader election (default: on; --no-leader-elect only for a single instance)",
+    )
+    le.add_argument(
+        "--leader-elect-namespace",
+        help="namespace of the Lease (default: $POD_NAMESPACE, else --config-namespace)",
+    )
+    le.add_argument("--lease-name", default=_LEASE.name, help="name of the Lease")
+    le.add_argument("--lease-duration", type=float, default=_LEASE.lease_duration, metavar="SECONDS")
+    le.add_argument("--renew-deadline", type=float, default=_LEASE.renew_deadline, metavar="SECONDS")
+    le.add_argument("--retry-period", type=float, default=_LEASE.retry_period, metavar="SECONDS")
+    api = run.add_argument_group("API client (rate limit and retries)")
+    api.add_argument(
+        "--kube-api-qps", type=float, default=_API.qps, help="sustained requests/s (0: no limit)"
+    )
+    api.add_argument(
+        "--kube-api-burst", type=int, default=_API.burst, help="requests allowed in a burst"
+    )
+    api.add_argument(
+        "--api-retries",
+        type=int,
+        default=_API.max_retries,
+        help="retries of a request on 429/5xx/no answer",
     )
     run.set_defaults(func=_run)
 
@@ -70,7 +105,17 @@ def _run(args: argparse.Namespace) -> int:
         config_path=args.config,
         config_namespace=args.config_namespace,
         metrics_port=args.metrics_port,
+        health_port=args.health_port,
         debounce_seconds=args.debounce,
         kubeconfig=args.kubeconfig,
+        leader_elect=args.leader_elect,
+        lease=LeaseConfig(
+            namespace=args.leader_elect_namespace or os.environ.get("POD_NAMESPACE") or args.config_namespace,
+            name=args.lease_name,
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        ),
+        api=ApiPolicy(qps=args.kube_api_qps, burst=args.kube_api_burst, max_retries=args.api_retries),
     )
     return run_operator(options)

@@ -1,15 +1,26 @@
-"""A small async Kubernetes REST client (aiohttp) for the operator's writes and initial lists.
+"""A small async Kubernetes REST client (aiohttp): the operator's lists, watches and writes.
 
 Credentials come from the official client's loaders (kubeconfig or in-cluster service account), so
 every auth method they support works; requests go straight over aiohttp with JSON dicts, without the
 official client's model (de)serialisation, which dominates CPU at a thousand pods a minute.
+
+The API error policy lives here, in one place (docs/operations.md, "API errors"):
+- a client-side token bucket (qps/burst, like client-go's) paces every request but watches;
+- 429 and 5xx answers and lost connections are retried with jittered exponential back-off, never
+  sooner than the server's Retry-After; other errors are permanent and raised at once;
+- a mutating request is refused (NotLeader) unless `fence()` says this process may write now: the
+  leader-election lease is checked on every write path, including each retry.
+Every response also feeds `clock`, the API server's clock as seen from here (gpuq.controller.clock).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import random
 import ssl
-from collections.abc import Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -17,16 +28,32 @@ from urllib.parse import quote
 import aiohttp
 
 from gpuq.api import meta
+from gpuq.controller.clock import ServerClock
 
 MERGE_PATCH = "application/merge-patch+json"
+TRANSIENT_STATUSES = frozenset({0, 429, 500, 502, 503, 504})
+UNAVAILABLE = 0  # ApiError.status of a request that got no HTTP answer (connection, timeout)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    """An error answer of the API server, or (status 0) no answer at all."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying later: throttled, a server-side failure, or no answer."""
+        return self.status in TRANSIENT_STATUSES
+
+    @property
+    def gone(self) -> bool:
+        """410: a watch's resourceVersion is too old (compacted); list again."""
+        return self.status == 410
 
     @property
     def not_found(self) -> bool:
@@ -39,6 +66,67 @@ class ApiError(Exception):
     @property
     def invalid(self) -> bool:
         return self.status == 422
+
+
+class NotLeader(Exception):
+    """A write was refused locally: this process does not (or no longer surely) hold the lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiPolicy:
+    """Client-side rate limit and retry policy (flags of `gpuq operator run`)."""
+
+    qps: float = 50.0  # sustained requests per second (kube-scheduler's default)
+    burst: int = 100
+    max_retries: int = 6  # of one request on a transient error: ~13 s of back-off in all
+    backoff_base: float = 0.2
+    backoff_max: float = 10.0
+    timeout: float = 30.0  # one attempt
+
+
+class TokenBucket:
+    """`qps` tokens a second, at most `burst` saved up; acquire() waits for one (FIFO-fair enough:
+    each waiter reserves its token before sleeping, so nobody is starved)."""
+
+    def __init__(self, qps: float, burst: int, mono: Callable[[], float] = time.monotonic) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self.mono = mono
+        self._tokens = float(self.burst)
+        self._at = mono()
+        self.waited = 0.0  # seconds spent waiting, in all
+
+    def reserve(self) -> float:
+        """Take a token (possibly going into debt) and return how long to wait before using it."""
+        if self.qps <= 0:
+            return 0.0
+        now = self.mono()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
+        self._at = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    async def acquire(self) -> None:
+        delay = self.reserve()
+        if delay > 0:
+            self.waited += delay
+            await asyncio.sleep(delay)
+
+
+def backoff_delay(attempt: int, policy: ApiPolicy, retry_after: float | None, rand: float) -> float:
+    """Seconds before retry number `attempt` (0-based): exponential, jittered down to half by
+    `rand` in [0, 1), never below the server's Retry-After, capped at backoff_max."""
+    delay: float = min(policy.backoff_max, policy.backoff_base * 2.0**attempt) * (0.5 + rand / 2)
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    return min(delay, policy.backoff_max)
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None  # an HTTP date: rare from the API server; the back-off applies
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +194,24 @@ def pod_path(namespace: str, name: str = "", sub: str = "") -> str:
 
 
 class KubeApi:
-    def __init__(self, creds: Credentials, max_connections: int = 64, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        creds: Credentials,
+        max_connections: int = 64,
+        policy: ApiPolicy | None = None,
+        clock: ServerClock | None = None,
+        observe: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.creds = creds
+        self.policy = policy or ApiPolicy()
+        self.clock = clock or ServerClock()
+        self.fence: Callable[[], bool] | None = None  # set by leader election: may this process write?
+        self.observe = observe or (lambda _verb, _status: None)  # metrics: one call per answer
+        self.limiter = TokenBucket(self.policy.qps, self.policy.burst)
+        self.retries = 0
         self._session: aiohttp.ClientSession | None = None
         self._max_connections = max_connections
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._rand = random.Random()
 
     async def __aenter__(self) -> KubeApi:
         return self
@@ -121,12 +222,22 @@ class KubeApi:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=_ssl_context(self.creds))
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+    def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        auth = self.creds.authorization()
+        if auth:
+            headers["Authorization"] = auth
+        return headers
+
+    def may_write(self) -> bool:
+        return self.fence is None or self.fence()
 
     async def request(
         self,
@@ -135,54 +246,160 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        *,
+        fenced: bool = True,
+        retries: int | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        auth = self.creds.authorization()
-        if auth:
-            headers["Authorization"] = auth
-        for attempt in range(3):
+        """One API call under the error policy. `fenced=False` only for the lease itself."""
+        writes = method != "GET" and fenced
+        limit = self.policy.max_retries if retries is None else retries
+        attempt = 0
+        while True:
+            if writes and not self.may_write():
+                raise NotLeader(f"{method} {path}: not the leader")
+            await self.limiter.acquire()
             try:
-                async with self._client().request(
-                    method, self.creds.host + path, json=body, params=params, headers=headers
-                ) as resp:
-                    data = await resp.json(content_type=None) if resp.content_length != 0 else {}
-                    if resp.status >= 400:
-                        data = data if isinstance(data, dict) else {}
-                        raise ApiError(
-                            resp.status, data.get("reason", resp.reason or ""), data.get("message", "")
-                        )
-                    return data if isinstance(data, dict) else {}
-            except (TimeoutError, aiohttp.ClientConnectionError):
-                if attempt == 2:
+                return await self._once(method, path, body, params, content_type, timeout)
+            except ApiError as exc:
+                if not exc.transient or attempt >= limit:
                     raise
-                await asyncio.sleep(0.2 * 2**attempt)  # a restarting API server: retry briefly
-        raise AssertionError("unreachable")
+                delay = backoff_delay(attempt, self.policy, exc.retry_after, self._rand.random())
+            attempt += 1
+            self.retries += 1
+            await asyncio.sleep(delay)
 
-    async def get(self, path: str) -> dict[str, Any]:
-        return await self.request("GET", path)
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        params: Mapping[str, str] | None,
+        content_type: str,
+        timeout: float | None,
+    ) -> dict[str, Any]:
+        sent = self.clock.wall()
+        try:
+            async with self._client().request(
+                method,
+                self.creds.host + path,
+                json=body,
+                params=params,
+                headers=self._headers(content_type),
+                timeout=aiohttp.ClientTimeout(total=timeout or self.policy.timeout),
+            ) as resp:
+                self.clock.observe(sent, self.clock.wall(), resp.headers.get("Date"))
+                raw = await resp.read()
+                status = resp.status
+                retry_after = _retry_after(resp.headers.get("Retry-After"))
+                reason = resp.reason or ""
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            self.observe(method, UNAVAILABLE)
+            raise ApiError(UNAVAILABLE, "Unavailable", f"{type(exc).__name__}: {exc}") from None
+        self.observe(method, status)
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = {"message": raw[:200].decode(errors="replace")}
+        if status >= 400:
+            data = data if isinstance(data, dict) else {}
+            raise ApiError(status, data.get("reason", reason), data.get("message", ""), retry_after)
+        return data if isinstance(data, dict) else {}
+
+    async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        return await self.request("GET", path, params=params)
+
+    async def list_page(
+        self, path: str, params: Mapping[str, str] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every item of a collection (following `continue` tokens) and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        query = {"limit": "500", **(params or {})}
+        while True:
+            page = await self.request("GET", path, params=query)
+            items.extend(page.get("items") or [])
+            md = page.get("metadata") or {}
+            token = md.get("continue")
+            if not token:
+                return items, str(md.get("resourceVersion") or "")
+            query = {**query, "continue": token}
 
     async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        """Every item of a collection, following `continue` tokens."""
-        items: list[dict[str, Any]] = []
-        params = {"limit": "500"}
-        if label_selector:
-            params["labelSelector"] = label_selector
-        while True:
-            page = await self.request("GET", path, params=params)
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-            params = {**params, "continue": token}
+        items, _ = await self.list_page(path, {"labelSelector": label_selector} if label_selector else None)
+        return items
+
+    async def watch(
+        self,
+        path: str,
+        resource_version: str,
+        params: Mapping[str, str] | None = None,
+        timeout_seconds: int = 300,
+        idle_seconds: float = 150.0,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events from `resource_version` until the server ends the stream. Raises ApiError
+        (410 when the version is too old). Bookmarks are asked for: the API server sends one at
+        least every minute, so `idle_seconds` without a byte means the connection is dead."""
+        query = {
+            **(params or {}),
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        await self.limiter.acquire()
+        sent = self.clock.wall()
+        try:
+            async with self._client().get(
+                self.creds.host + path,
+                params=query,
+                headers=self._headers("application/json"),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=idle_seconds),
+            ) as resp:
+                self.clock.observe(sent, self.clock.wall(), resp.headers.get("Date"))
+                self.observe("WATCH", resp.status)
+                if resp.status >= 400:
+                    raw = await resp.read()
+                    try:
+                        data = json.loads(raw) if raw else {}
+                    except ValueError:
+                        data = {}
+                    raise ApiError(
+                        resp.status, data.get("reason", resp.reason or ""), data.get("message", "")
+                    )
+                buf = b""
+                async for chunk in resp.content.iter_any():  # lines can exceed readline's limit
+                    buf += chunk
+                    while (end := buf.find(b"\n")) >= 0:
+                        line, buf = buf[:end], buf[end + 1 :]
+                        if line.strip():
+                            yield json.loads(line)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise ApiError(UNAVAILABLE, "Unavailable", f"watch: {type(exc).__name__}: {exc}") from None
 
     async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body)
 
-    async def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def replace(
+        self, path: str, body: Mapping[str, Any], *, fenced: bool = True, **kw: Any
+    ) -> dict[str, Any]:
+        return await self.request("PUT", path, body, fenced=fenced, **kw)
+
+    async def merge_patch(
+        self, path: str, body: Mapping[str, Any], resource_version: str | None = None
+    ) -> dict[str, Any]:
+        """A JSON merge patch; with `resource_version` the server applies it only to that version
+        of the object and answers 409 Conflict otherwise (optimistic concurrency)."""
+        if resource_version:
+            body = {**body, "metadata": {**(body.get("metadata") or {}), "resourceVersion": resource_version}}
         return await self.request("PATCH", path, body, content_type=MERGE_PATCH)
 
-    async def delete(self, path: str, grace_seconds: int | None = None) -> dict[str, Any]:
+    async def delete(
+        self, path: str, grace_seconds: int | None = None, uid: str | None = None
+    ) -> dict[str, Any]:
+        """Delete; with `uid` only that incarnation of the object (409 if the name now holds another)."""
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
+        if uid:
+            body["preconditions"] = {"uid": uid}
         return await self.request("DELETE", path, body)

@@ -9,6 +9,7 @@ victim's pods are gone, and clean-up of pods left over from earlier attempts. Ea
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +31,16 @@ class Plan:
     events: tuple[st.Event, ...] = ()
     delete_pods: tuple[str, ...] = ()  # pod keys
     complete_admission: bool = False  # create the missing pods of the attempt and bind them
+    clear_checkpoint_request: tuple[str, ...] = ()  # pod keys whose request annotation is stale
 
     def __bool__(self) -> bool:
-        return bool(self.status or self.events or self.delete_pods or self.complete_admission)
+        return bool(
+            self.status
+            or self.events
+            or self.delete_pods
+            or self.complete_admission
+            or self.clear_checkpoint_request
+        )
 
 
 def backoff(restarts: int, cfg: FailoverConfig) -> float:
@@ -57,9 +65,29 @@ def lost_gpu_seconds(job: JobEntry, now: float) -> float:
 RESTARTS = "Restarts"  # condition whose message keeps the latest restarts, newest last
 HISTORY_ENTRIES = 10
 # Pod status reasons that blame the node, not the training code: the node joins status.failedNodes.
-NODE_REASONS = frozenset(
-    {"NodeLost", "Evicted", "NodeShutdown", "Terminated", "UnexpectedAdmissionError", "NodeAffinity"}
+NODE_REASONS = frozenset({"NodeLost", "Evicted", "NodeShutdown", "Terminated"})
+# A kubelet refusing to start a pod it was given (its admission check): usually another scheduler
+# won the race for the GPUs (OutOfnvidia.com/gpu). Nothing ran, so the gang is placed again without
+# a restart; only REJECTIONS_BEFORE_AVOIDING refusals in a row make gpuq avoid the node.
+REJECTION_REASONS = frozenset(
+    {
+        "UnexpectedAdmissionError",
+        "NodeAffinity",
+        "NodeName",
+        "NodePorts",
+        "TaintToleration",
+        "InvalidNodeInfo",
+        "UnexpectedPredicateFailureType",
+        "PodOSNotSupported",
+    }
 )
+REJECTIONS_BEFORE_AVOIDING = 3
+
+
+def rejected_by_kubelet(pod: PodEntry) -> bool:
+    return pod.phase == "Failed" and (
+        pod.status_reason in REJECTION_REASONS or pod.status_reason.startswith("OutOf")
+    )
 
 
 def restart_history(conds: Sequence[Condition], n: int, why: str, now: float) -> list[Condition]:
@@ -94,6 +122,7 @@ def evict_status(
         "restarts": restarts,
         "failed_nodes": known_failed,
         "started_at": None,
+        "preemption": None,
         "conditions": st.without_condition(
             st.with_condition(s.conditions, st.ADMITTED, False, reason, message, now), st.PREEMPTION_REQUESTED
         ),
@@ -143,16 +172,58 @@ def fail_or_restart(
         message=msg,
         finished_at=st.when(now),
         queue_position=None,
-        conditions=st.with_condition(s.conditions, st.ADMITTED, False, "Failed", msg, now),
+        preemption=None,
+        conditions=st.without_condition(
+            st.with_condition(s.conditions, st.ADMITTED, False, "Failed", msg, now), st.PREEMPTION_REQUESTED
+        ),
     )
     return Plan(job.key, status, (st.warning("Failed", msg),), live)
 
 
+def requeue_rejected(
+    job: JobEntry, pods: Sequence[PodEntry], pod: PodEntry, now: float, cfg: FailoverConfig
+) -> Plan:
+    """A kubelet refused a worker of an Admitted gang: back to the queue, no restart counted. The
+    node joins failedNodes (avoided) only after REJECTIONS_BEFORE_AVOIDING refusals in a row."""
+    s = job.status
+    n = s.rejections + 1
+    why = f"kubelet on {pod.node_name} refused worker rank {pod.rank} ({pod.status_reason})"
+    avoid = n >= REJECTIONS_BEFORE_AVOIDING and pod.node_name is not None
+    msg = why + (
+        f"; {n} refusals in a row: node {pod.node_name} is avoided from now on"
+        if avoid
+        else "; placing the gang again (no restart counted)"
+    )
+    failed_nodes = list(dict.fromkeys([*s.failed_nodes, pod.node_name]))[-256:] if avoid else s.failed_nodes
+    status = st.patch(
+        s,
+        phase=Phase.QUEUED,
+        message=msg,
+        placement=[],
+        previous_placement=s.placement or s.previous_placement,
+        admitted_at=None,
+        started_at=None,
+        rejections=n,
+        failed_nodes=failed_nodes,
+        not_before=st.when(now + backoff_seconds(n - 1, cfg)) if n > 1 else None,
+        preemption=None,
+        conditions=st.without_condition(
+            st.with_condition(s.conditions, st.ADMITTED, False, "AdmissionRejected", msg, now),
+            st.PREEMPTION_REQUESTED,
+        ),
+    )
+    live = tuple(p.key for p in pods if p.live and not p.deleting)
+    return Plan(job.key, status, (st.warning("AdmissionRejected", msg),), live)
+
+
 def _checkpoint_fields(job: JobEntry, pods: Sequence[PodEntry], now: float) -> dict[str, Any]:
+    """The latest checkpoint report: the job's own annotation and its current attempt's pods (a pod
+    of an older attempt is fenced off: see docs/failover.md, "Fencing")."""
     fields: dict[str, Any] = {}
     best = newer(job.status.last_checkpoint, job.checkpoint)
     for pod in pods:
-        best = newer(best, pod.checkpoint)
+        if pod.attempt == job.status.attempt:
+            best = newer(best, pod.checkpoint)
     if best is not None and best != job.status.last_checkpoint:
         fields["last_checkpoint"] = best
     conds = job.status.conditions
@@ -165,8 +236,31 @@ def _checkpoint_fields(job: JobEntry, pods: Sequence[PodEntry], now: float) -> d
     return fields
 
 
+def _abandoned_preemption(job: JobEntry, fields: dict[str, Any]) -> dict[str, Any]:
+    """A preemption recorded on a job that no longer holds a placement will never complete: clear it."""
+    s = job.status
+    if s.preemption is None or s.phase in PLACED_PHASES:
+        return fields
+    conds = fields.get("conditions", s.conditions)
+    return {**fields, "preemption": None, "conditions": st.without_condition(conds, st.PREEMPTION_REQUESTED)}
+
+
 def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig) -> Plan:
     """The transition (if any) that the job's pods and status call for right now."""
+    plan = _transition(job, pods, now, cfg)
+    if job.status.preemption is not None and job.status.phase in PLACED_PHASES:
+        return plan
+    # No preemption in progress: a checkpoint request left on a live worker is stale (e.g. from an
+    # operator that stopped mid-preemption); training code would otherwise checkpoint forever.
+    stale_request = tuple(
+        p.key
+        for p in pods
+        if p.checkpoint_requested and p.live and not p.deleting and p.key not in plan.delete_pods
+    )
+    return dataclasses.replace(plan, clear_checkpoint_request=stale_request) if stale_request else plan
+
+
+def _transition(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig) -> Plan:
     s = job.status
     if job.spec is None:
         if st.is_true(s.conditions, st.BLOCKED) and s.message == job.error:
@@ -184,12 +278,13 @@ def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverCo
         )
 
     spec = job.spec
-    extra = _checkpoint_fields(job, pods, now)
+    checkpoint = _checkpoint_fields(job, pods, now)
     events = (
         (st.warning("CheckpointReportInvalid", job.checkpoint_error),)
-        if ("conditions" in extra and job.checkpoint_error)
+        if ("conditions" in checkpoint and job.checkpoint_error)
         else ()
     )
+    extra = _abandoned_preemption(job, checkpoint)
     current = [p for p in pods if p.attempt == s.attempt]
     placed = s.phase in PLACED_PHASES
     stale = tuple(p.key for p in pods if p.live and not p.deleting and (not placed or p.attempt != s.attempt))
@@ -205,6 +300,10 @@ def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverCo
     # Admitted or Running: look at the current attempt's workers.
     by_rank = {p.rank: p for p in current if p.rank is not None}
     failed = sorted((p for p in current if p.phase == "Failed"), key=lambda p: p.rank or 0)
+    rejected = [p for p in failed if rejected_by_kubelet(p)]
+    if rejected and s.phase == Phase.ADMITTED:
+        plan = requeue_rejected(job, pods, rejected[0], now, cfg)
+        return Plan(plan.job, {**st.patch(s, **extra), **plan.status}, plan.events, plan.delete_pods)
     if failed:
         p = failed[0]
         why = f"worker rank {p.rank} failed on {p.node_name}" + (f": {p.reason}" if p.reason else "")
@@ -220,10 +319,12 @@ def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverCo
         return Plan(job.key, st.patch(s, **extra), events, stale, complete_admission=True)
     if all(p.phase == "Succeeded" for p in by_rank.values()):
         msg = f"all {spec.workers.replicas} workers succeeded"
-        status = st.patch(s, phase=Phase.SUCCEEDED, message=msg, finished_at=st.when(now), **extra)
+        status = st.patch(
+            s, phase=Phase.SUCCEEDED, message=msg, finished_at=st.when(now), rejections=0, **extra
+        )
         return Plan(job.key, status, (*events, st.normal("Succeeded", msg)), stale)
     if s.phase == Phase.ADMITTED and all(p.phase in ("Running", "Succeeded") for p in by_rank.values()):
         msg = f"all {spec.workers.replicas} workers running"
-        status = st.patch(s, phase=Phase.RUNNING, message=msg, started_at=st.when(now), **extra)
+        status = st.patch(s, phase=Phase.RUNNING, message=msg, started_at=st.when(now), rejections=0, **extra)
         return Plan(job.key, status, events, stale)  # no Event: the phase says it, and it saves a write
     return Plan(job.key, st.patch(s, **extra), events, stale)

@@ -26,7 +26,8 @@ from gpuq.controller.snapshot import SnapshotBuilder, View
 from gpuq.controller.writer import Writer
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import Admit, Decisions, Preempt, Restart
-from gpuq.core.model import Health, Snapshot
+from gpuq.core.failover import Disruption, failed_nodes, node_disruptions
+from gpuq.core.model import Snapshot
 from gpuq.logs import get_logger
 
 log = get_logger("gpuq.loop")
@@ -70,6 +71,11 @@ class SchedulingLoop:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._position_written: dict[str, float] = {}
+        self._disrupted: frozenset[str] = frozenset()
+
+    def restore(self) -> None:
+        """A new leadership term: pick up preemptions in progress from the victims' status."""
+        self.tracker.restore(self.cache.jobs.values())
 
     # -- waking ------------------------------------------------------------------------------
     def mark_dirty(self) -> None:
@@ -112,7 +118,9 @@ class SchedulingLoop:
         self.cycles += 1
         evicting = frozenset(e.victim for e in self.tracker.all())
         view = self.builder.build(self.cache, now, self.config, evicting)
-        failed = self._failed_nodes(view, now)
+        disruptions = node_disruptions(view.snapshot.nodes, now, self.config.failover)
+        self._report_disruptions(disruptions)
+        failed = failed_nodes(view.snapshot.nodes, now, self.config.failover)
         self._advance_lifecycles(now, failed)
         self._advance_preemptions(now, view, failed)
         t0 = time.perf_counter()
@@ -130,23 +138,31 @@ class SchedulingLoop:
         )
         self._apply(decisions, view, now, failed)
         self._publish_queues(decisions, view)
-        self.wake_at(
-            min((t for t in (view.wake_at, self.tracker.next_deadline()) if t is not None), default=None)
-        )
+        timers = (view.wake_at, self.tracker.next_deadline(), *(d.until for d in disruptions.values()))
+        self.wake_at(min((t for t in timers if t is not None), default=None))
         self.builder.forget_missing(self.cache)
         for key in [k for k in self._position_written if k not in self.cache.jobs]:
             del self._position_written[key]
         self.metrics.cycle.observe(time.perf_counter() - started)
         return decisions
 
-    def _failed_nodes(self, view: View, now: float) -> frozenset[str]:
-        grace = self.config.failover.not_ready_grace_seconds
-        return frozenset(
-            n.name
-            for n in view.snapshot.nodes
-            if n.health == Health.FAILED
-            or (n.not_ready_since is not None and now - n.not_ready_since >= grace)
-        )
+    def _report_disruptions(self, active: dict[str, Disruption]) -> None:
+        scopes = frozenset(active)
+        if scopes == self._disrupted:
+            return
+        for d in active.values():
+            if d.scope not in self._disrupted:
+                log.warning(
+                    "many nodes NotReady at once: holding failover (control-plane or network disruption?)",
+                    scope="cluster" if d.scope.startswith("\0") else d.scope,
+                    not_ready=d.not_ready,
+                    nodes=d.nodes,
+                    resumes_in=round(d.until - self.clock(), 1),
+                )
+        if not active and self._disrupted:
+            log.info("disruption over: NotReady nodes fail over again after their grace period")
+        self._disrupted = scopes
+        self.metrics.disruption.set(1 if active else 0)
 
     def _advance_lifecycles(self, now: float, failed: frozenset[str]) -> None:
         for key, job in list(self.cache.jobs.items()):
@@ -155,6 +171,9 @@ class SchedulingLoop:
             plan = lifecycle.observe(job, self.cache.pods_of(key, job.uid), now, self.config.failover)
             if plan:
                 self.writer.submit(key, partial(self._run_plan, job, plan, failed), minor=True)
+        for key, assumed in list(self.cache.assumed.items()):
+            if assumed.uncertain and key not in self.writer.busy:
+                self.writer.submit(key, partial(self.writer.verify_assumption, key), minor=True)
         orphans = self.cache.orphans()
         if orphans:
             self.writer.submit("orphans", partial(self.writer.delete_pods, [p.key for p in orphans], failed))
@@ -206,16 +225,14 @@ class SchedulingLoop:
             self.writer.submit(p.victim, partial(self._evict, victim, ev, now, failed))
 
     async def _request_checkpoint(self, victim: JobEntry, ev: Eviction) -> None:
+        """Persist the preemption in the victim's status (it survives a restart), then annotate its
+        pods so the training code checkpoints."""
         fresh = self.writer.current(victim)
         if fresh is None:
             return
         victim = fresh
         grace = ev.deadline - ev.requested_at
         msg = f"preempted by {ev.for_job} ({ev.reason}); waiting up to {grace:.0f}s for a checkpoint"
-        live = [p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and not p.deleting]
-        await self.writer.annotate_pods(
-            live, {meta.ANNOTATION_CHECKPOINT_REQUESTED: format_time(ev.requested_at)}
-        )
         conds = st.with_condition(
             victim.status.conditions,
             st.PREEMPTION_REQUESTED,
@@ -225,7 +242,11 @@ class SchedulingLoop:
             ev.requested_at,
         )
         fresh = await self.writer.patch_job_status(
-            victim, st.patch(victim.status, message=msg, conditions=conds)
+            victim, st.patch(victim.status, message=msg, conditions=conds, preemption=ev.to_status())
+        )
+        live = [p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and not p.deleting]
+        await self.writer.annotate_pods(
+            live, {meta.ANNOTATION_CHECKPOINT_REQUESTED: format_time(ev.requested_at)}
         )
         await self.writer.event(fresh, st.warning("CheckpointRequested", msg))
         await self._event_on(

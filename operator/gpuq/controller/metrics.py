@@ -41,6 +41,25 @@ class Metrics:
             "gpuq_schedule_seconds", "time in gpuq.core.schedule per cycle", buckets=buckets, registry=r
         )
 
+        self.leader = Gauge("gpuq_leader", "1 while this replica holds the leader lease", registry=r)
+        self.leader_terms = Counter(
+            "gpuq_leader_terms", "leadership terms this replica started (lease acquisitions)", registry=r
+        )
+        self.disruption = Gauge(
+            "gpuq_node_disruption",
+            "1 while many nodes are NotReady at once and NotReady alone fails no gang",
+            registry=r,
+        )
+        self.api_requests = Counter(
+            "gpuq_api_requests",
+            "API server answers by verb and HTTP status (0: no answer)",
+            ["verb", "code"],
+            registry=r,
+        )
+
+    def api_answer(self, verb: str, status: int) -> None:
+        self.api_requests.labels(verb, str(status)).inc()
+
     def serve(self, port: int) -> None:
         start_http_server(port, registry=self.registry)
 

@@ -105,6 +105,9 @@ class JobEntry:
     checkpoint: CheckpointReport | None = None  # from the job's own annotation
     checkpoint_error: str | None = None
     deleting: bool = False
+    # The version this entry was read at: status writes computed from it are conditional on it.
+    # Not compared: a new version alone changes nothing the scheduler looks at.
+    resource_version: str = field(default="", compare=False)
 
     @property
     def key(self) -> str:
@@ -127,7 +130,9 @@ class PodEntry:
     rank: int | None = None
     checkpoint: CheckpointReport | None = None
     checkpoint_requested: str | None = None
+    created_by: str | None = None  # annotation gpuq.dev/created-by: the admission that created it
     reason: str = ""  # why it failed, for messages
+    status_reason: str = ""  # status.reason as the kubelet set it (e.g. OutOfnvidia.com/gpu)
     labels: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -227,6 +232,7 @@ def parse_job(body: Mapping[str, Any]) -> JobEntry:
         checkpoint=checkpoint,
         checkpoint_error=checkpoint_error,
         deleting=md.get("deletionTimestamp") is not None,
+        resource_version=str(md.get("resourceVersion") or ""),
     )
 
 
@@ -274,6 +280,8 @@ def parse_pod(body: Mapping[str, Any]) -> PodEntry:
         rank=_int_label(labels, meta.LABEL_RANK),
         checkpoint=checkpoint,
         checkpoint_requested=annotations.get(meta.ANNOTATION_CHECKPOINT_REQUESTED),
+        created_by=annotations.get(meta.ANNOTATION_CREATED_BY),
         reason=_failure_reason(status) if status.get("phase") == "Failed" else "",
+        status_reason=str(status.get("reason") or ""),
         labels=labels,
     )

@@ -1,15 +1,24 @@
-"""Run the operator: rebuild the cache from lists, then start the scheduling loop and kopf's watches.
+"""Run the operator: informers keep the cache warm in every replica; only the leader schedules.
 
-Everything durable lives in the API server, so a fresh process needs nothing else: lists come first
-and the first cycle only runs once they are in the cache (an operator restart never double-binds).
+Start-up: check the CRDs are served, start the informers (list, then watch) and wait until each has
+listed once, then campaign for the Lease. On winning, a leadership term starts: a fresh Writer and
+SchedulingLoop (in-memory state rebuilt from the API: preemptions in progress come from the
+victims' status), whose first cycle runs at once on the warm cache. On losing the lease the term's
+tasks are cancelled and its assumptions dropped; the process stays a warm standby. A graceful stop
+(SIGTERM/SIGINT, through kopf) ends the term, lets in-flight writes finish for a moment, then
+releases the lease so a standby takes over at once.
+
+kopf runs the process: signals, the login handler (our credentials), and the liveness endpoint
+with its probes. The watches are gpuq's own informers (gpuq.controller.informer): see
+docs/architecture.md for why kopf's watch streams are not used.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +26,13 @@ import kopf
 
 from gpuq.api import meta
 from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map, load_config
-from gpuq.controller import handlers
 from gpuq.controller.cache import ClusterCache
-from gpuq.controller.kubeapi import ApiError, Credentials, KubeApi, job_path, load_credentials, queue_path
+from gpuq.controller.informer import Informer
+from gpuq.controller.kubeapi import ApiError, ApiPolicy, Credentials, KubeApi, load_credentials
+from gpuq.controller.leader import LeaderElector, LeaseConfig
 from gpuq.controller.loop import ScheduleFn, SchedulingLoop
 from gpuq.controller.metrics import Metrics
+from gpuq.controller.watches import informers
 from gpuq.controller.writer import Writer
 from gpuq.core.config import SchedulerConfig
 from gpuq.logs import get_logger
@@ -35,8 +46,13 @@ class OperatorOptions:
     config_path: Path | None = None
     config_namespace: str = "gpuq-system"
     metrics_port: int = 9090
+    health_port: int = 0  # kopf's liveness endpoint (/healthz); 0: off
     debounce_seconds: float = 0.05
     kubeconfig: str | None = None
+    leader_elect: bool = True
+    lease: LeaseConfig = field(default_factory=LeaseConfig)
+    api: ApiPolicy = field(default_factory=ApiPolicy)
+    drain_seconds: float = 5.0  # graceful stop: in-flight writes may finish this long
 
 
 async def scheduler_config(api: KubeApi, options: OperatorOptions) -> SchedulerConfig:
@@ -53,47 +69,150 @@ async def scheduler_config(api: KubeApi, options: OperatorOptions) -> SchedulerC
     return config_from_config_map(cm.get("data"))
 
 
-async def initial_sync(api: KubeApi, cache: ClusterCache, namespaces: Collection[str] = ()) -> None:
-    """List everything the scheduler looks at before its first cycle."""
+async def check_crds(api: KubeApi) -> None:
     try:
-        if namespaces:
-            job_lists = await asyncio.gather(*(api.list(job_path(ns)) for ns in namespaces))
-            jobs = [j for page in job_lists for j in page]
-        else:
-            jobs = await api.list(f"/apis/{meta.GROUP}/{meta.VERSION}/trainingjobs")
-        queues = await api.list(queue_path())
+        await api.get(f"/apis/{meta.GROUP}/{meta.VERSION}")
     except ApiError as exc:
         if exc.not_found:
             raise SystemExit(
                 "gpuq CRDs are not installed: kubectl apply -f crds/ (or -k manifests/)"
             ) from None
         raise
-    nodes, nss, pods = await asyncio.gather(
-        api.list("/api/v1/nodes"), api.list("/api/v1/namespaces"), api.list("/api/v1/pods")
-    )
-    for body in nodes:
-        cache.upsert_node(body)
-    for body in nss:
-        cache.upsert_namespace(body)
-    for body in queues:
-        cache.upsert_queue(body)
-    for body in jobs:
-        cache.upsert_job(body)
-    for body in pods:
-        cache.upsert_pod(body)
-    log.info("cache synced", nodes=len(nodes), queues=len(queues), jobs=len(jobs), pods=len(cache.pods))
+
+
+class Term:
+    """One leadership term: the writer and the scheduling loop, alive only while leading."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        cache: ClusterCache,
+        config: SchedulerConfig,
+        metrics: Metrics,
+        schedule: ScheduleFn | None,
+        debounce: float,
+    ) -> None:
+        self.cache = cache
+        self.writer = Writer(api, cache, metrics, on_done=self._wake, clock=api.clock.now)
+        self.loop = SchedulingLoop(
+            cache, self.writer, config, metrics, schedule=schedule, clock=api.clock.now, debounce=debounce
+        )
+        self.task: asyncio.Task[None] | None = None
+
+    def _wake(self) -> None:
+        self.loop.mark_dirty()
+
+    def start(self) -> None:
+        self.cache.assumed.clear()
+        self.cache.on_change = self.loop.mark_dirty
+        self.loop.restore()
+        self.loop.synced.set()
+        self.task = asyncio.create_task(self.loop.run(), name="gpuq-scheduling-loop")
+
+    def stop_scheduling(self) -> None:
+        self.cache.on_change = lambda: None
+        if self.task is not None:
+            self.task.cancel()
+
+    def abort(self) -> None:
+        """The lease is lost: drop everything at once (persisted intent is finished by the next leader)."""
+        self.stop_scheduling()
+        self.writer.abort()
+        self.cache.assumed.clear()
+
+
+class Runtime:
+    """Everything one operator process runs."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        config: SchedulerConfig,
+        metrics: Metrics,
+        options: OperatorOptions,
+        schedule: ScheduleFn | None = None,
+    ) -> None:
+        self.api = api
+        self.config = config
+        self.metrics = metrics
+        self.options = options
+        self.schedule = schedule
+        self.cache = ClusterCache()
+        self.informers: list[Informer] = informers(api, self.cache, options.namespaces)
+        self.elector: LeaderElector | None = None
+        if options.leader_elect:
+            self.elector = LeaderElector(api, options.lease)
+            api.fence = self.elector.may_write
+        self.term: Term | None = None
+        self.synced = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def leading(self) -> bool:
+        return self.term is not None
+
+    async def start(self) -> None:
+        for inf in self.informers:
+            self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuq-informer:{inf.kind}"))
+        await asyncio.gather(*(inf.synced.wait() for inf in self.informers))
+        self.synced.set()
+        c = self.cache
+        log.info("cache synced", nodes=len(c.nodes), queues=len(c.queues), jobs=len(c.jobs), pods=len(c.pods))
+        if self.elector is None:
+            self._begin_term()
+            return
+        self._tasks.append(asyncio.create_task(self.elector.informer().run(), name="gpuq-informer:lease"))
+        self._tasks.append(
+            asyncio.create_task(self.elector.run(self._begin_term, self._end_term), name="gpuq-elector")
+        )
+
+    def _begin_term(self) -> None:
+        self.term = Term(
+            self.api, self.cache, self.config, self.metrics, self.schedule, self.options.debounce_seconds
+        )
+        self.term.start()
+        self.metrics.leader.set(1)
+        self.metrics.leader_terms.inc()
+
+    def _end_term(self) -> None:
+        if self.term is not None:
+            self.term.abort()
+            self.term = None
+        self.metrics.leader.set(0)
+
+    async def stop(self) -> None:
+        """Graceful: stop deciding, let writes finish briefly, release the lease, stop watching."""
+        term = self.term
+        if term is not None:
+            term.stop_scheduling()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(term.writer.drain(), self.options.drain_seconds)
+            term.writer.abort()
+        if self.elector is not None:
+            await self.elector.release()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.term = None
+
+    def probe(self) -> dict[str, Any]:
+        term = self.term
+        return {
+            "synced": self.synced.is_set(),
+            "leader": self.leading,
+            "identity": self.elector.identity if self.elector else None,
+            "cycles": term.loop.cycles if term else 0,
+        }
 
 
 def _kopf_settings() -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
-    settings.posting.enabled = False  # gpuq posts its own Events; event handlers cannot fail
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    settings.posting.enabled = False  # gpuq posts its own Events
     settings.networking.request_timeout = 60
     return settings
 
 
-def _register_login(registry: kopf.OperatorRegistry, creds: Credentials) -> None:
+def _register(registry: kopf.OperatorRegistry, creds: Credentials, runtime: Runtime) -> None:
     def login(**_: Any) -> kopf.ConnectionInfo:
         token = creds.authorization()
         return kopf.ConnectionInfo(
@@ -105,7 +224,11 @@ def _register_login(registry: kopf.OperatorRegistry, creds: Credentials) -> None
             token=token.split(" ", 1)[1] if token and " " in token else token,
         )
 
+    def probe(**_: Any) -> dict[str, Any]:
+        return runtime.probe()
+
     kopf.on.login(registry=registry)(login)
+    kopf.on.probe(registry=registry, id="gpuq")(probe)
 
 
 async def operate(
@@ -114,29 +237,22 @@ async def operate(
     schedule: ScheduleFn | None = None,
 ) -> None:
     creds = load_credentials(options.kubeconfig)
-    async with KubeApi(creds) as api:
+    metrics = Metrics()
+    async with KubeApi(creds, policy=options.api, observe=metrics.api_answer) as api:
+        await check_crds(api)
         config = await scheduler_config(api, options)
-        metrics = Metrics()
         if options.metrics_port:
             metrics.serve(options.metrics_port)
-        cache = ClusterCache()
-        loop_ref: list[SchedulingLoop] = []
-        writer = Writer(api, cache, metrics, on_done=lambda: loop_ref[0].mark_dirty())
-        loop = SchedulingLoop(
-            cache, writer, config, metrics, schedule=schedule, debounce=options.debounce_seconds
-        )
-        loop_ref.append(loop)
-        cache.on_change = loop.mark_dirty
+        runtime = Runtime(api, config, metrics, options, schedule)
         registry = kopf.OperatorRegistry()
-        handlers.register(registry, cache, options.namespaces)
-        _register_login(registry, creds)
-        await initial_sync(api, cache, options.namespaces)
-        loop.synced.set()
-        task = asyncio.create_task(loop.run(), name="gpuq-scheduling-loop")
+        _register(registry, creds, runtime)
+        await runtime.start()
         log.info(
             "operator started",
             namespaces=list(options.namespaces) or "all",
             metrics_port=options.metrics_port,
+            leader_election=options.leader_elect,
+            identity=runtime.elector.identity if runtime.elector else None,
         )
         try:
             await kopf.operator(
@@ -145,10 +261,12 @@ async def operate(
                 clusterwide=True,
                 standalone=True,
                 stop_flag=stop_flag,
+                liveness_endpoint=f"http://0.0.0.0:{options.health_port}/healthz"
+                if options.health_port
+                else None,
             )
         finally:
-            task.cancel()
-            await writer.drain()
+            await runtime.stop()
 
 
 def run_operator(options: OperatorOptions) -> int:
@@ -160,9 +278,13 @@ def run_operator(options: OperatorOptions) -> int:
     try:
         if options.config_path is not None:
             load_config(options.config_path)  # fail before connecting to anything
+        options.lease.validate()
         asyncio.run(operate(options))
     except ConfigError as exc:
         log.error("bad scheduler config", error=str(exc))
+        return 2
+    except ValueError as exc:
+        log.error("bad options", error=str(exc))
         return 2
     except ConfigException as exc:
         log.error("no usable kubeconfig or in-cluster credentials", error=str(exc))

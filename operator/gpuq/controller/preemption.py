@@ -1,6 +1,10 @@
 """Checkpoint-aware preemption in the imperative shell: who is being preempted, for whom, and when
 the victim may finally be evicted (pure bookkeeping: time is an argument, no I/O).
 
+Each preemption that waits for a checkpoint is also written to the victim's status.preemption, so a
+new leader (or a restarted operator) continues it with the same deadline (`restore`) instead of
+starting the grace period over or forgetting it.
+
 A victim whose job asks for it (checkpoint.requestOnPreemption) gets the checkpoint-requested
 annotation and up to gracePeriodSeconds to report a newer checkpoint; the scheduling loop keeps
 running meanwhile and wakes up at the deadline. A decided preemption is carried through even if
@@ -10,9 +14,12 @@ the preemptor finds room elsewhere meanwhile: the core released the victim's quo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpuq.api.trainingjob import CheckpointReport
+from gpuq.api.trainingjob import PLACED_PHASES, CheckpointReport, PreemptionStatus
+from gpuq.controller.objects import JobEntry
+from gpuq.controller.status import when
 
 
 @dataclass(slots=True)
@@ -24,6 +31,15 @@ class Eviction:
     deadline: float
     baseline: CheckpointReport | None  # the victim's checkpoint when we asked
     evicted: bool = False  # pods deleted; waiting for them to be gone
+
+    def to_status(self) -> PreemptionStatus:
+        return PreemptionStatus(
+            preemptor=self.for_job,
+            reason=self.reason,
+            requested_at=when(self.requested_at),
+            deadline=when(self.deadline),
+            checkpoint_before=self.baseline,
+        )
 
 
 class PreemptionTracker:
@@ -38,6 +54,21 @@ class PreemptionTracker:
 
     def all(self) -> list[Eviction]:
         return list(self._by_victim.values())
+
+    def restore(self, jobs: Iterable[JobEntry]) -> None:
+        """Preemptions recorded in the status of placed jobs (a new leadership term starts)."""
+        for job in jobs:
+            p = job.status.preemption
+            if p is None or job.status.phase not in PLACED_PHASES or job.key in self._by_victim:
+                continue
+            self._by_victim[job.key] = Eviction(
+                job.key,
+                p.preemptor,
+                p.reason,
+                p.requested_at.timestamp(),
+                p.deadline.timestamp(),
+                p.checkpoint_before,
+            )
 
     def start(
         self,

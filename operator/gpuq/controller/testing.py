@@ -57,7 +57,9 @@ class OperatorProcess:
         config_path: Path | None = None,
         extra_args: tuple[str, ...] = (),
         log_level: str = "INFO",
+        env: dict[str, str] | None = None,
     ) -> None:
+        self.env = dict(env or {})
         self.log_level = log_level
         self.kubeconfig = kubeconfig
         self.log_path = log_path
@@ -71,7 +73,7 @@ class OperatorProcess:
         args += ["--kubeconfig", str(self.kubeconfig), *self.extra_args]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         return self
@@ -85,6 +87,15 @@ class OperatorProcess:
         if self.proc is not None and self.alive:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+
+    def pause(self) -> None:
+        """SIGSTOP: a process that stalls (GC pause, CPU starvation, a hung VM) yet lives on."""
+        if self.proc is not None and self.alive:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None and self.alive:
+            self.proc.send_signal(signal.SIGCONT)
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc is None or not self.alive:

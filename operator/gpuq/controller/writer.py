@@ -2,11 +2,19 @@
 
 Order is what makes it safe to kill the operator at any moment:
   admit   status (Admitted, attempt N, placement) -> Service -> pods -> bindings
-          any failure: delete the attempt's pods, status back to Queued, forget the assumption
   evict   status (Preempted / Recovering / Failed) -> delete pods (force on failed nodes)
-On restart the loop sees the persisted intent and finishes it (`complete_admission`) or cleans up.
-Pods of attempt N are named <job>-<N>-<rank>, so re-creating one is idempotent and a bound pod is
-never bound again (the API refuses a second binding).
+On restart (or a new leader) the loop sees the persisted intent and finishes it
+(`complete_admission`) or cleans up. Pods of attempt N are named <job>-<N>-<rank>, so re-creating
+one is idempotent and a bound pod is never bound again (the API refuses a second binding).
+
+Concurrency and errors (docs/operations.md, "API errors"):
+- every status write is conditional on the resourceVersion it was computed from; a 409 re-reads
+  the job into the cache and the next cycle decides again;
+- a transient failure (429, 5xx, no answer; already retried by KubeApi) leaves persisted intent in
+  place for the next cycle to finish: only a permanent error rolls a gang back, and a rollback
+  deletes only the pods this admission created (uid preconditions), never another writer's;
+- an admission whose status write may or may not have landed keeps its assumption until a read
+  tells which (an unknown outcome must not free the GPUs for another gang).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller import intents, kubeapi, pods
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
-from gpuq.controller.kubeapi import ApiError, KubeApi
+from gpuq.controller.kubeapi import ApiError, KubeApi, NotLeader
 from gpuq.controller.lifecycle import Plan
 from gpuq.controller.metrics import Metrics
 from gpuq.controller.objects import JobEntry, format_time, newer, parse_job
@@ -40,7 +48,11 @@ ADMISSIONS_IN_FLIGHT = 16
 
 
 class AdmissionFailed(Exception):
-    """A step of an admission failed; the gang is rolled back."""
+    """A step of an admission failed for good; the gang is rolled back."""
+
+
+def _permanent(exc: BaseException) -> bool:
+    return isinstance(exc, AdmissionFailed) or (isinstance(exc, ApiError) and not exc.transient)
 
 
 class Writer:
@@ -60,7 +72,7 @@ class Writer:
         self.busy: set[str] = set()
         self._next: dict[str, Callable[[], Awaitable[object]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._instance = os.environ.get("HOSTNAME", "gpuq")
+        self._instance = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", "gpuq")
         self._admissions = asyncio.Semaphore(ADMISSIONS_IN_FLIGHT)
 
     # -- task management -----------------------------------------------------------------------
@@ -84,9 +96,13 @@ class Writer:
     async def _run(self, key: str, work: Callable[[], Awaitable[object]]) -> None:
         try:
             await work()
+        except NotLeader:
+            log.info("write dropped: not the leader", key=key)
         except ApiError as exc:
-            if not exc.not_found:  # the object went away meanwhile: nothing left to do
-                log.warning("write failed", key=key, error=str(exc))
+            if exc.conflict:
+                log.info("write conflicted; the next cycle decides again", key=key, error=str(exc))
+            elif not exc.not_found:  # the object went away meanwhile: nothing left to do
+                log.warning("write failed", key=key, error=str(exc), transient=exc.transient)
         except Exception:
             log.exception("write crashed", key=key)
         finally:
@@ -101,13 +117,38 @@ class Writer:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+    def abort(self) -> None:
+        """Cancel every write in flight (leadership lost): whatever was persisted stays consistent."""
+        self._next.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        self.busy.clear()
+
     # -- primitives ----------------------------------------------------------------------------
+    async def refresh_job(self, job: JobEntry) -> JobEntry | None:
+        """Read the job again into the cache (after a conflict); None when it is gone."""
+        try:
+            body = await self.api.get(kubeapi.job_path(job.namespace, job.name))
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+        self.cache.upsert_job(body)
+        return parse_job(body)
+
     async def patch_job_status(self, job: JobEntry, patch: dict[str, Any]) -> JobEntry:
+        """Write a status patch computed from `job`, conditional on the version `job` was read at.
+        On 409 the cache gets the current object and ApiError(409) is raised."""
         if not patch:
             return job
-        body = await self.api.merge_patch(
-            kubeapi.job_path(job.namespace, job.name, "status"), {"status": patch}
-        )
+        try:
+            body = await self.api.merge_patch(
+                kubeapi.job_path(job.namespace, job.name, "status"), {"status": patch}, job.resource_version
+            )
+        except ApiError as exc:
+            if exc.conflict:
+                await self.refresh_job(job)
+            raise
         self.cache.upsert_job(body)
         return parse_job(body)
 
@@ -144,10 +185,13 @@ class Writer:
         }
         try:
             await self.api.create(f"/api/v1/namespaces/{namespace}/events", body)
-        except (ApiError, OSError, TimeoutError) as exc:
+        except ApiError as exc:
             log.warning("event not posted", kind=kind, name=name, reason=ev.reason, error=str(exc))
 
     async def delete_pods(self, keys: Iterable[str], force_nodes: frozenset[str] = frozenset()) -> None:
+        """Delete these pods as the cache knows them: a pod now holding the name with another uid
+        (a newer incarnation) is left alone."""
+
         async def one(key: str) -> None:
             pod = self.cache.pods.get(key)
             if pod is None:
@@ -155,15 +199,15 @@ class Writer:
             # A pod on a failed node never confirms its own termination: force it.
             grace = 0 if pod.node_name in force_nodes else None
             try:
-                body = await self.api.delete(kubeapi.pod_path(pod.namespace, pod.name), grace)
+                body = await self.api.delete(kubeapi.pod_path(pod.namespace, pod.name), grace, uid=pod.uid)
             except ApiError as exc:
-                if exc.not_found:
+                if exc.not_found or exc.conflict:
                     return
                 raise
             if body.get("kind") == "Pod":
                 self.cache.upsert_pod(body)
 
-        await asyncio.gather(*(one(k) for k in keys))
+        await _all(one(k) for k in keys)
 
     async def annotate_pods(self, keys: Iterable[str], annotations: dict[str, str | None]) -> None:
         async def one(key: str) -> None:
@@ -179,7 +223,7 @@ class Writer:
                 if not exc.not_found:
                     raise
 
-        await asyncio.gather(*(one(k) for k in keys))
+        await _all(one(k) for k in keys)
 
     # -- plans from the lifecycle --------------------------------------------------------------
     async def run_plan(
@@ -188,6 +232,10 @@ class Writer:
         job = await self.patch_job_status(job, plan.status)
         for ev in plan.events:
             await self.event(job, ev)
+        if plan.clear_checkpoint_request:
+            await self.annotate_pods(
+                plan.clear_checkpoint_request, {meta.ANNOTATION_CHECKPOINT_REQUESTED: None}
+            )
         if plan.delete_pods:
             await self.delete_pods(plan.delete_pods, force_nodes)
         if plan.complete_admission:
@@ -211,36 +259,86 @@ class Writer:
         now = self.clock()
         attempt = job.status.attempt + 1
         self.cache.assume(job.key, attempt, decision.placement, now)
-        try:
-            job = await self.patch_job_status(job, intents.admit_status(job, decision, now))
-        except BaseException:
-            self.cache.forget(job.key)
-            raise
+        landed = await self._persist_admission(job, decision, attempt, now)
+        if landed is None:
+            return
+        job = landed
+        created: dict[str, str] = {}
         try:
             await self._wait_for_previous_pods(job.key, attempt)
             async with self._admissions:
-                await self._ensure_gang(job, attempt, decision.placement)
-        except (ApiError, OSError, TimeoutError, AdmissionFailed) as exc:
-            await self._rollback(job, attempt, exc)
+                await self._ensure_gang(job, attempt, decision.placement, created)
+        except (ApiError, AdmissionFailed) as exc:
+            if not _permanent(exc):
+                log.warning(
+                    "admission paused by API errors; the next cycle finishes it", job=job.key, error=str(exc)
+                )
+                return
+            await self._rollback(job, attempt, exc, created)
             return
         self.metrics.admitted(job, decision)
         await self.event(job, st.normal("Admitted", job.status.message or "admitted"))
         log.info(
             "admitted",
             job=job.key,
-            queue=decision and job.spec and job.spec.queue,
+            queue=job.spec.queue if job.spec else None,
             attempt=attempt,
             nodes=sorted(set(decision.placement)),
             comm_cost=decision.comm_cost,
         )
 
-    async def complete_admission(self, job: JobEntry) -> None:
-        """Finish an admission that was persisted but not carried out (e.g. the operator restarted)."""
-        placement = tuple(p.node for p in sorted(job.status.placement, key=lambda p: p.rank))
+    async def _persist_admission(
+        self, job: JobEntry, decision: Admit, attempt: int, now: float
+    ) -> JobEntry | None:
+        """Write the admission (conditional on the job's version). Returns the admitted job, or None
+        when it did not happen (assumption dropped) or its outcome is unknown (assumption kept)."""
         try:
-            await self._ensure_gang(job, job.status.attempt, placement)
-        except (ApiError, OSError, TimeoutError, AdmissionFailed) as exc:
-            await self._rollback(job, job.status.attempt, exc)
+            return await self.patch_job_status(job, intents.admit_status(job, decision, now))
+        except NotLeader:
+            self.cache.forget(job.key)
+            raise
+        except ApiError as exc:
+            if not (exc.transient or exc.conflict):
+                self.cache.forget(job.key)
+                raise
+            # A conflict may be our own earlier try that landed before its answer was lost.
+            try:
+                current = await self.refresh_job(job)
+            except ApiError:
+                self.cache.mark_uncertain(job.key)  # the next cycle asks again (verify_assumption)
+                log.warning("admission outcome unknown; GPUs stay reserved", job=job.key, error=str(exc))
+                return None
+            if current is not None and _is_admission(current, attempt, decision.placement):
+                return current
+            self.cache.forget(job.key)
+            if exc.conflict:
+                log.info("admission conflicted; the next cycle decides again", job=job.key)
+                return None
+            raise
+
+    async def verify_assumption(self, key: str) -> None:
+        """An admission whose status write had no answer: keep or drop its assumption by reading."""
+        assumed = self.cache.assumed.get(key)
+        job = self.cache.jobs.get(key)
+        if assumed is None or job is None:
+            self.cache.forget(key)
+            return
+        current = await self.refresh_job(job)  # upsert drops the assumption if it landed
+        if current is None or current.status.attempt < assumed.attempt:
+            self.cache.forget(key)
+
+    async def complete_admission(self, job: JobEntry) -> None:
+        """Finish an admission that was persisted but not carried out (an operator restart, a new
+        leader, or API errors that paused it)."""
+        placement = tuple(p.node for p in sorted(job.status.placement, key=lambda p: p.rank))
+        created: dict[str, str] = {}
+        try:
+            await self._ensure_gang(job, job.status.attempt, placement, created)
+        except (ApiError, AdmissionFailed) as exc:
+            if _permanent(exc):
+                await self._rollback(job, job.status.attempt, exc, created)
+            else:
+                log.warning("admission still paused by API errors", job=job.key, error=str(exc))
 
     async def _wait_for_previous_pods(self, job: str, attempt: int) -> None:
         """A re-placed gang starts only when the previous attempt's pods have left their nodes."""
@@ -250,7 +348,11 @@ class Writer:
                 raise AdmissionFailed("pods of the previous attempt did not terminate in time")
             await asyncio.sleep(0.1)
 
-    async def _ensure_gang(self, job: JobEntry, attempt: int, placement: tuple[str, ...]) -> None:
+    async def _ensure_gang(
+        self, job: JobEntry, attempt: int, placement: tuple[str, ...], created: dict[str, str]
+    ) -> None:
+        """Create the attempt's missing pods and bind every unbound one. `created` collects
+        key -> uid of the pods this call created (what a rollback may delete)."""
         spec = job.spec
         if spec is None or len(placement) != spec.workers.replicas:
             raise AdmissionFailed(
@@ -267,6 +369,7 @@ class Writer:
                     raise
         resume = newer(job.status.last_checkpoint, job.checkpoint) if job.status.attempt > 1 else None
         names = [pods.pod_name(job.name, attempt, r) for r in range(len(placement))]
+        token = f"{self._instance}/{uuid.uuid4().hex[:12]}"
 
         async def create(rank: int) -> None:
             key = f"{job.namespace}/{names[rank]}"
@@ -280,17 +383,23 @@ class Writer:
             body = pods.worker_pod(
                 job.namespace, job.name, job.uid, spec, rank, attempt, job.status.restarts, resume
             )
+            body["metadata"]["annotations"][meta.ANNOTATION_CREATED_BY] = token
             try:
-                self.cache.upsert_pod(await self.api.create(kubeapi.pod_path(job.namespace), body))
+                answer = await self.api.create(kubeapi.pod_path(job.namespace), body)
             except ApiError as exc:
                 if not exc.conflict:
                     raise
-                body = await self.api.get(kubeapi.pod_path(job.namespace, names[rank]))
-                self.cache.upsert_pod(body)
-                if self.cache.pods[key].owner_uid != job.uid:
+                answer = await self.api.get(kubeapi.pod_path(job.namespace, names[rank]))
+                owner = (answer.get("metadata") or {}).get("ownerReferences") or []
+                if not any(o.get("uid") == job.uid for o in owner):
+                    self.cache.upsert_pod(answer)
                     raise AdmissionFailed(
                         f"pod {names[rank]} still belongs to an earlier job of the same name"
                     ) from exc
+            self.cache.upsert_pod(answer)
+            md = answer.get("metadata") or {}
+            if (md.get("annotations") or {}).get(meta.ANNOTATION_CREATED_BY) == token:
+                created[key] = md.get("uid", "")
 
         async def bind(rank: int) -> None:
             key, node = f"{job.namespace}/{names[rank]}", placement[rank]
@@ -317,15 +426,18 @@ class Writer:
         await _all(create(r) for r in range(len(placement)))
         await _all(bind(r) for r in range(len(placement)))
 
-    async def _rollback(self, job: JobEntry, attempt: int, exc: BaseException) -> None:
+    async def _rollback(
+        self, job: JobEntry, attempt: int, exc: BaseException, created: dict[str, str]
+    ) -> None:
+        """Undo an admission that failed for good: delete the pods it created (exactly those),
+        then put the job back in its queue. Pods of the attempt created by someone else are left
+        to the lifecycle, which removes whatever the persisted status no longer places."""
         why = exc.message if isinstance(exc, ApiError) else str(exc)
         log.warning("admission rolled back", job=job.key, attempt=attempt, error=why)
         self.metrics.rollbacks.inc()
-        await self.delete_pods(
-            [p.key for p in self.cache.pods_of(job.key) if p.attempt == attempt and p.live]
-        )
+        await _all(self._delete_exact(key, uid) for key, uid in created.items())
         self.cache.forget(job.key)
-        fresh = self.cache.jobs.get(job.key, job)
+        fresh = self.current(job) or job
         if isinstance(exc, ApiError) and exc.invalid:
             # The API server refuses the pods themselves: retrying cannot help.
             msg = f"the API server rejected the worker pods: {why}"
@@ -344,6 +456,20 @@ class Writer:
             return
         fresh = await self.patch_job_status(fresh, intents.rollback_status(fresh, why, self.clock()))
         await self.event(fresh, st.warning("AdmissionRolledBack", fresh.status.message or why))
+
+    async def _delete_exact(self, key: str, uid: str) -> None:
+        ns, _, name = key.partition("/")
+        try:
+            await self.api.delete(kubeapi.pod_path(ns, name), uid=uid or None)
+        except ApiError as exc:
+            if not (exc.not_found or exc.conflict):
+                raise
+
+
+def _is_admission(job: JobEntry, attempt: int, placement: tuple[str, ...]) -> bool:
+    """The job's status records exactly this admission (ours, landed before its answer was lost)."""
+    nodes = tuple(p.node for p in sorted(job.status.placement, key=lambda p: p.rank))
+    return job.status.attempt == attempt and job.status.phase in PLACED_PHASES and nodes == placement
 
 
 async def _all(coros: Iterable[Awaitable[None]]) -> None:

@@ -32,6 +32,13 @@ class FailoverConfig:
     backoff_max_seconds: float = 300.0
     node_flap_window_seconds: float = 600.0
     node_flap_threshold: int = 3
+    # Many nodes NotReady at once is a control-plane or network event, not that many node failures
+    # (an API server freeze makes every lease look stale). While at least this fraction of the nodes
+    # (of the cluster, or of one zone) and at least disruption_min_nodes are NotReady, NotReady alone
+    # fails no gang, for up to disruption_max_seconds; then failover resumes (a real outage).
+    disruption_fraction: float = 0.3
+    disruption_min_nodes: int = 3
+    disruption_max_seconds: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)

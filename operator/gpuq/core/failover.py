@@ -11,6 +11,13 @@ The NoExecute taints the node lifecycle controller adds the moment a node turns 
 they do not fail a gang by themselves, the grace period (counted from the NotReady transition) does.
 Any other NoExecute taint fails the gangs that do not tolerate it at once.
 
+Disruptions: when at least `disruption_fraction` of the nodes of the cluster (or of one zone) and at
+least `disruption_min_nodes` are NotReady at once, NotReady is treated as a control-plane or network
+event (an API server that froze, a partitioned control plane), as the node lifecycle controller does
+with its unhealthy-zone threshold: NotReady alone fails no gang on those nodes for up to
+`disruption_max_seconds` after the threshold was crossed. Evidence of a real failure (node deleted,
+out-of-service taint, bad GPUs, another NoExecute taint) still fails gangs at once.
+
 Flap damping: a node whose Ready condition left True `node_flap_threshold` times within
 `node_flap_window_seconds` receives no new work until the oldest of those transitions leaves the
 window (see flap_damped_until); what runs there keeps running unless the node fails for real.
@@ -18,16 +25,85 @@ window (see flap_damped_until); what runs there keeps running unless the node fa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuq.core.config import FailoverConfig
 from gpuq.core.constraints import untolerated
 from gpuq.core.index import ClusterIndex
-from gpuq.core.model import Health, TaintEffect
+from gpuq.core.model import Health, Node, TaintEffect
+from gpuq.core.topology import WHOLE_CLUSTER, scope_sizes, zone_of
 
 # Taints that only restate NotReady/Unknown: the grace period applies to them, not the taint.
 NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+@dataclass(frozen=True, slots=True)
+class Disruption:
+    """Many nodes NotReady at once in `scope` (WHOLE_CLUSTER or a zone): until `until`, NotReady
+    alone fails no gang there."""
+
+    scope: str
+    not_ready: int
+    nodes: int
+    since: float  # when the threshold was crossed (the NotReady transition that crossed it)
+    until: float
+
+
+def disruptions(
+    not_ready: Iterable[tuple[str | None, float]], sizes: Mapping[str, int], now: float, cfg: FailoverConfig
+) -> dict[str, Disruption]:
+    """Active disruptions by scope. `not_ready`: (zone, NotReady since) of each NotReady node that has
+    not failed for another reason; `sizes`: nodes per scope (scope_sizes)."""
+    times: dict[str, list[float]] = {}
+    for zone, since in not_ready:
+        times.setdefault(WHOLE_CLUSTER, []).append(since)
+        if zone is not None:
+            times.setdefault(zone, []).append(since)
+    out = {}
+    for scope, ts in times.items():
+        size = sizes.get(scope, 0)
+        need = max(cfg.disruption_min_nodes, math.ceil(cfg.disruption_fraction * size))
+        if size == 0 or cfg.disruption_fraction <= 0 or len(ts) < need:
+            continue
+        since = sorted(ts)[need - 1]
+        until = since + cfg.disruption_max_seconds
+        if now < until:
+            out[scope] = Disruption(scope, len(ts), size, since, until)
+    return out
+
+
+def held(node: Node, active: Mapping[str, Disruption]) -> bool:
+    """Whether a disruption holds back the failover of this (NotReady) node."""
+    zone = zone_of(node)
+    return WHOLE_CLUSTER in active or (zone is not None and zone in active)
+
+
+def node_disruptions(nodes: Sequence[Node], now: float, cfg: FailoverConfig) -> dict[str, Disruption]:
+    """Active disruptions of a node list (the shell's view; the core uses the index's counts)."""
+    not_ready = [
+        (zone_of(nd), nd.not_ready_since)
+        for nd in nodes
+        if nd.not_ready_since is not None and nd.health is not Health.FAILED
+    ]
+    return disruptions(not_ready, scope_sizes(nodes), now, cfg) if not_ready else {}
+
+
+def failed_nodes(nodes: Sequence[Node], now: float, cfg: FailoverConfig) -> frozenset[str]:
+    """Nodes that fail every gang on them now for health alone (FAILED, or NotReady past the grace
+    period and not held by a disruption): the shell force-deletes pods there."""
+    active = node_disruptions(nodes, now, cfg)
+    return frozenset(
+        nd.name
+        for nd in nodes
+        if nd.health is Health.FAILED
+        or (
+            nd.not_ready_since is not None
+            and now - nd.not_ready_since >= cfg.not_ready_grace_seconds
+            and not held(nd, active)
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +113,28 @@ class Failure:
     reason: str
 
 
-def node_failure(ix: ClusterIndex, i: int, now: float, cfg: FailoverConfig) -> str | None:
+def index_disruptions(ix: ClusterIndex, now: float, cfg: FailoverConfig) -> dict[str, Disruption]:
+    """Active disruptions, from the index (NotReady nodes are always among its suspects)."""
+    not_ready = [
+        (zone_of(nd), nd.not_ready_since)
+        for nd in (ix.nodes[i] for i in ix.suspects)
+        if nd.not_ready_since is not None and nd.health is not Health.FAILED
+    ]
+    return disruptions(not_ready, ix.scope_sizes, now, cfg) if not_ready else {}
+
+
+def node_failure(
+    ix: ClusterIndex, i: int, now: float, cfg: FailoverConfig, active: Mapping[str, Disruption] | None = None
+) -> str | None:
     """Why node i fails every gang on it (None if it does not, or only per job: NoExecute)."""
     nd = ix.nodes[i]
     if nd.health is Health.FAILED:
         return f"node {nd.name} failed"
-    if nd.not_ready_since is not None and now - nd.not_ready_since >= cfg.not_ready_grace_seconds:
+    if (
+        nd.not_ready_since is not None
+        and now - nd.not_ready_since >= cfg.not_ready_grace_seconds
+        and not (active and held(nd, active))
+    ):
         return (
             f"node {nd.name} NotReady for {now - nd.not_ready_since:.0f}s "
             f"(grace {cfg.not_ready_grace_seconds:.0f}s)"
@@ -57,11 +149,12 @@ def node_failure(ix: ClusterIndex, i: int, now: float, cfg: FailoverConfig) -> s
 def detect(ix: ClusterIndex, now: float, cfg: FailoverConfig) -> list[Failure]:
     """Every running job that lost a node, sorted by job key."""
     per_job: dict[str, list[tuple[str, str]]] = {}
+    active = index_disruptions(ix, now, cfg)
     for i in sorted(ix.suspects):
         keys = ix.on_node.get(i)
         if not keys:
             continue
-        whole = node_failure(ix, i, now, cfg)
+        whole = node_failure(ix, i, now, cfg, active)
         nd = ix.nodes[i]
         for key in keys:
             if key in ix.evicting:

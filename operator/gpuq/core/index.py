@@ -28,7 +28,7 @@ from gpuq.core.constraints import (
 from gpuq.core.fit import Demand, Extra, extra_of
 from gpuq.core.model import Job, Node, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
-from gpuq.core.topology import DomainTree
+from gpuq.core.topology import DomainTree, scope_sizes
 
 NO_MODEL = ""  # model key of nodes that report no GPU model
 
@@ -124,6 +124,7 @@ class ClusterIndex:
         self.node_idx = {nd.name: i for i, nd in enumerate(nodes)}
         self.paths = [(*nd.path[:-1], nd.name) for nd in nodes]
         self.tree = DomainTree(snapshot.topology, self.paths)
+        self.scope_sizes = scope_sizes(nodes)  # nodes per zone and in all: disruption thresholds
         N = len(nodes)
         self.cap_gpu = [0] * N
         self.cap_cpu = [0] * N

@@ -9,12 +9,29 @@ block "b2" are different domains.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from gpuq.core.config import ScoringWeights
-from gpuq.core.model import Topology
+from gpuq.core.model import Node, Topology
 
 CLUSTER = "cluster"
+WHOLE_CLUSTER = "\0cluster"  # a scope key no zone name can equal (zones are keyed by name)
+
+
+def zone_of(node: Node) -> str | None:
+    """The node's outermost topology domain, when the topology has more than the node level."""
+    return node.path[0] if len(node.path) > 1 else None
+
+
+def scope_sizes(nodes: Iterable[Node]) -> dict[str, int]:
+    """Nodes in the whole cluster (WHOLE_CLUSTER) and in each zone."""
+    sizes: dict[str, int] = {WHOLE_CLUSTER: 0}
+    for nd in nodes:
+        sizes[WHOLE_CLUSTER] += 1
+        zone = zone_of(nd)
+        if zone is not None:
+            sizes[zone] = sizes.get(zone, 0) + 1
+    return sizes
 
 
 class DomainTree:

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import ssl
 import time
 import urllib.request
@@ -27,7 +28,7 @@ from gpuq.devcluster.binaries import ensure_binaries
 from gpuq.devcluster.errors import DevClusterError
 from gpuq.devcluster.paths import ClusterPaths, clusters_root, validate_name
 from gpuq.devcluster.pki import Pki, write_kubeconfig
-from gpuq.devcluster.processes import ProcessRecord, alive, log_tail, spawn, stop_all
+from gpuq.devcluster.processes import ProcessRecord, alive, log_tail, spawn, stop, stop_all
 from gpuq.devcluster.rest import ApiError, Rest
 from gpuq.devcluster.shape import (
     GPU_RESOURCE,
@@ -47,6 +48,7 @@ def _log() -> Any:
 
 
 Progress = Callable[[str], None]
+OPERATOR_NAMESPACE = "gpuq-system"
 _UNREADY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 _PORT_ATTEMPTS = 3
 
@@ -340,6 +342,10 @@ class Cluster:
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(create, [node_manifest(n, shape) for n in shape.nodes()]))
+        # The operator's own namespace (its leader-election Lease and config live there), as
+        # `kubectl apply -k manifests/` would create it, so `gpuq operator run` works at once.
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+        rest.json("POST", "/api/v1/namespaces", namespace, ok=(409,))
 
     def _count_ready(self, rest: Rest) -> bool:
         nodes = rest.get("/api/v1/nodes")["items"]
@@ -416,6 +422,50 @@ class Cluster:
             else:
                 shutil.rmtree(self.paths.root, ignore_errors=True)
         _log().info("devcluster.down", cluster=self.name)
+
+    # -- chaos: break the control plane on purpose -------------------------------------------
+    @property
+    def _tied(self) -> bool:
+        """Started with tie_to_process by this very process: restarted components are tied too."""
+        return self.state.get("owner_pid") == os.getpid()
+
+    def _record(self, component: str) -> ProcessRecord:
+        for rec in self.processes:
+            if rec.name == component:
+                return rec
+        raise DevClusterError(f"cluster {self.name} has no component {component!r}")
+
+    def restart_component(
+        self, component: str, set_flags: dict[str, str] | None = None, timeout: float = 60.0
+    ) -> None:
+        """Stop a component and start it again (SIGTERM, SIGKILL after 5 s), optionally with some
+        `--flag=value`s replaced or added; returns once the API server answers /readyz again (for the
+        API server, etcd and kwok alike: nothing else can be checked without it)."""
+        old = self._record(component)
+        stop(old)
+        argv = [a for a in old.argv if not any(a.startswith(f"--{f}=") for f in set_flags or {})]
+        argv += [f"--{f}={v}" for f, v in (set_flags or {}).items()]
+        env = {**os.environ, **({"HOME": str(self.paths.config)} if component == "kwok" else {})}
+        env.pop("KUBECONFIG", None)
+        rec = spawn(component, argv, self.paths.log(component), env=env, tie_to_parent=self._tied)
+        self.state["processes"] = [
+            rec.to_json() if p["name"] == component else p for p in self.state.get("processes", [])
+        ]
+        self._save()
+        probe = self.rest(timeout=1.0)
+        self._await(
+            f"{component} after restart",
+            lambda: probe.call("GET", "/readyz")[0] == 200,
+            time.monotonic() + timeout,
+            log_of=component,
+        )
+
+    def pause_component(self, component: str) -> None:
+        """SIGSTOP: the process freezes mid-flight (connections stay open, nothing answers)."""
+        os.kill(self._record(component).pid, signal.SIGSTOP)
+
+    def resume_component(self, component: str) -> None:
+        os.kill(self._record(component).pid, signal.SIGCONT)
 
     # -- inspection ---------------------------------------------------------------------------
     def status(self) -> ClusterStatus:

@@ -56,6 +56,9 @@ class E2ECluster:
     shape: Shape | None = None
     _fail: Callable[[str], None] | None = field(repr=False, default=None)
     _recover: Callable[[str], None] | None = field(repr=False, default=None)
+    # The gpuq dev cluster behind it, if any: its control-plane processes can be broken on purpose
+    # (restart, pause) by chaos tests. None on kind and foreign clusters.
+    dev: Any = field(repr=False, default=None)
 
     @property
     def core(self) -> k8s.CoreV1Api:

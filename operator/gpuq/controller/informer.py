@@ -1,0 +1,115 @@
+"""Informers: list, then watch from the list's resourceVersion, and relist when the watch expires.
+
+client-go's reflector, kept small. The guarantees the cache relies on:
+- no gap: the watch starts at exactly the version the list returned, so nothing between the two is
+  missed;
+- a relist replaces: after a 410 Gone (the version was compacted away) or a first list, the sink
+  receives the whole list and drops what the list lacks (deletions that happened while the watch
+  was down are not lost as they are when a relist only re-adds what it sees);
+- a watch that ends or breaks resumes from the last version seen (events or bookmarks), so an API
+  server restart costs a relist only when the version is gone.
+The sink is called synchronously on the event loop and must not raise; an exception in it is
+logged and the event skipped, never the informer stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from gpuq.controller.kubeapi import ApiError, KubeApi
+from gpuq.logs import get_logger
+
+log = get_logger("gpuq.informer")
+
+RETRY_MIN = 0.5
+RETRY_MAX = 10.0
+
+
+class Sink(Protocol):
+    def replace(
+        self, kind: str, bodies: list[dict[str, Any]], resource_version: str, scope: str | None
+    ) -> None:
+        """The complete list of `kind` (within namespace `scope`, if set) at `resource_version`."""
+
+    def apply(self, kind: str, event_type: str, body: Mapping[str, Any]) -> None:
+        """One watch event: ADDED, MODIFIED or DELETED."""
+
+
+class Informer:
+    def __init__(
+        self,
+        api: KubeApi,
+        kind: str,
+        path: str,
+        sink: Sink,
+        *,
+        scope: str | None = None,
+        params: Mapping[str, str] | None = None,
+    ) -> None:
+        self.api = api
+        self.kind = kind
+        self.path = path
+        self.sink = sink
+        self.scope = scope
+        self.params = dict(params or {})
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self.lists = 0  # how many times it listed (1 + relists)
+        self._rand = random.Random()
+
+    def __repr__(self) -> str:
+        return f"Informer({self.kind}{'/' + self.scope if self.scope else ''})"
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                if not self.resource_version:
+                    await self._list()
+                await self._watch()
+                failures = 0
+            except ApiError as exc:
+                if exc.gone:
+                    log.info("watch expired; listing again", kind=self.kind, scope=self.scope)
+                    self.resource_version = ""
+                    continue
+                failures += 1
+                delay = min(RETRY_MAX, RETRY_MIN * 2 ** min(failures, 6)) * (0.5 + self._rand.random() / 2)
+                log.warning(
+                    "watch failed; retrying", kind=self.kind, error=str(exc), retry_in=round(delay, 2)
+                )
+                await asyncio.sleep(delay)
+
+    async def _list(self) -> None:
+        items, rv = await self.api.list_page(self.path, self.params)
+        try:
+            self.sink.replace(self.kind, items, rv, self.scope)
+        except Exception:
+            log.exception("cache replace failed", kind=self.kind)
+        self.resource_version = rv
+        self.lists += 1
+        self.synced.set()
+        log.debug("listed", kind=self.kind, scope=self.scope, items=len(items), rv=rv)
+
+    async def _watch(self) -> None:
+        timeout = self._rand.randint(300, 600)  # client-go's spread: watches do not all end at once
+        async for event in self.api.watch(self.path, self.resource_version, self.params, timeout):
+            kind = event.get("type")
+            obj = event.get("object")
+            if not isinstance(obj, Mapping):
+                continue
+            if kind == "ERROR":
+                raise ApiError(
+                    int(obj.get("code") or 500), str(obj.get("reason", "")), str(obj.get("message", ""))
+                )
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                try:
+                    self.sink.apply(self.kind, kind, obj)
+                except Exception:
+                    log.exception("cache update failed", kind=self.kind, event=kind)
+            if rv:
+                self.resource_version = str(rv)

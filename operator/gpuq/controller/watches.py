@@ -1,0 +1,29 @@
+"""What the operator watches: one informer per resource, all feeding the ClusterCache.
+
+TrainingJobs (every namespace, or only the ones given), GPUQueues, Nodes, Namespaces (labels for
+GPUQueue.namespaceSelector) and every Pod: gpuq's own workers and, on any node, other schedulers'
+pods whose requests gpuq must count (the cache drops unbound foreign pods at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from gpuq.api import meta
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.informer import Informer
+from gpuq.controller.kubeapi import KubeApi, job_path, queue_path
+
+
+def informers(api: KubeApi, cache: ClusterCache, namespaces: Collection[str] = ()) -> list[Informer]:
+    if namespaces:
+        jobs = [Informer(api, "job", job_path(ns), cache, scope=ns) for ns in sorted(namespaces)]
+    else:
+        jobs = [Informer(api, "job", f"/apis/{meta.GROUP}/{meta.VERSION}/trainingjobs", cache)]
+    return [
+        Informer(api, "node", "/api/v1/nodes", cache),
+        Informer(api, "namespace", "/api/v1/namespaces", cache),
+        Informer(api, "queue", queue_path(), cache),
+        *jobs,
+        Informer(api, "pod", "/api/v1/pods", cache),
+    ]
