@@ -39,6 +39,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from gpuq.controller.testing import ensure_namespace
 from gpuq.devcluster import Cluster, Shape, ensure_binaries
 from gpuq.devcluster.shape import GPU_RESOURCE, RACK_LABEL
 from gpuq.devcluster.testing import E2ECluster, wait_for
@@ -151,16 +152,8 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     if backend not in BACKENDS:
         pytest.fail(f"GPUQ_E2E_CLUSTER={backend!r}: expected one of {', '.join(BACKENDS)}")
     with BACKENDS[backend](request.session) as handle:
-        _ensure_namespace(handle.core, "gpuq-system")  # the operators' leader-election Lease lives here
+        ensure_namespace(handle.core, "gpuq-system")  # the operators' leader-election Lease lives here
         yield handle
-
-
-def _ensure_namespace(core: k8s.CoreV1Api, name: str) -> None:
-    try:
-        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
-    except k8s.ApiException as exc:
-        if exc.status != 409:
-            raise
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     stream: list[Any] | None = None  # watch: these events, one JSON line each, then `hold` or close
     hold: bool = False  # keep a stream open until the test ends
+    delay: float = 0.0  # seconds before answering
 
 
 @dataclass
@@ -55,6 +56,8 @@ class FakeApi:
         if not queue:
             return web.json_response({"reason": "NotFound", "message": "no script"}, status=404)
         reply = queue.pop(0) if len(queue) > 1 else queue[0]
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
         if reply.stream is None:
             return web.json_response(reply.body, status=reply.status, headers=reply.headers)
         resp = web.StreamResponse(status=reply.status, headers=reply.headers)
@@ -78,6 +81,7 @@ async def serve(fake: FakeApi) -> AsyncIterator[TestServer]:
         await server.close()
 
 
-def client(server: TestServer, **policy: Any) -> KubeApi:
+def client(server: TestServer, max_connections: int = 64, **policy: Any) -> KubeApi:
     fast = {"backoff_base": 0.001, "backoff_max": 0.01, "qps": 0.0, **policy}
-    return KubeApi(Credentials(host=str(server.make_url("")).rstrip("/")), policy=ApiPolicy(**fast))
+    creds = Credentials(host=str(server.make_url("")).rstrip("/"))
+    return KubeApi(creds, max_connections=max_connections, policy=ApiPolicy(**fast))

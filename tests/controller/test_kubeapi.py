@@ -3,6 +3,7 @@ writes, the rate limiter, optimistic-concurrency preconditions and long watch li
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -88,6 +89,27 @@ async def test_the_fence_is_checked_before_every_retry(fake: FakeApi, server: Te
         with pytest.raises(NotLeader):
             await api.create(PATH, {})
     assert len(fake.requests("POST", PATH)) == 1
+
+
+async def test_a_write_that_waited_for_a_connection_checks_the_fence_again(
+    fake: FakeApi, server: TestServer
+) -> None:
+    """Every connection stuck (on a frozen API server, say): a write queued behind them must not go
+    out once it finally gets one, if the lease was lost meanwhile."""
+    fake.on("GET", PATH, Reply(200, {}, delay=0.3))
+    fake.on("POST", PATH, Reply(201, {}))
+    open_ = [True]
+    async with client(server, max_connections=1) as api:
+        api.fence = lambda: open_[0]
+        slow = asyncio.create_task(api.get(PATH))
+        await asyncio.sleep(0.05)  # the GET holds the only connection
+        write = asyncio.create_task(api.create(PATH, {}))
+        await asyncio.sleep(0.05)  # the write passed the first check and waits for the connection
+        open_[0] = False
+        await slow
+        with pytest.raises(NotLeader):
+            await write
+    assert fake.requests("POST", PATH) == []
 
 
 async def test_preconditions_are_sent(fake: FakeApi, server: TestServer) -> None:

@@ -74,3 +74,27 @@ def test_the_shell_and_the_core_agree_on_failed_nodes() -> None:
     assert failed_nodes(held, NOW, CFG.failover) == frozenset() and node_disruptions(held, NOW, CFG.failover)
     two = not_ready({NODES[0].name, NODES[1].name})
     assert failed_nodes(two, NOW, CFG.failover) == {NODES[0].name, NODES[1].name}
+
+
+def test_a_node_a_disruption_held_gets_a_whole_grace_period_after_it() -> None:
+    """A disruption dissolving node by node: the nodes still on their way back are not failed over
+    the moment the NotReady share drops below the threshold."""
+    name = NODES[0].name
+    late = replace(NODES[0], not_ready_since=NOW - 200, disrupted_at=NOW - GRACE + 2)
+    nodes = [late, *NODES[1:]]
+    assert run(snap(nodes, [queue()], gangs_on([name]))).restart == ()
+    expired = replace(late, disrupted_at=NOW - GRACE - 1)
+    assert len(run(snap([expired, *NODES[1:]], [queue()], gangs_on([name]))).restart) == 1
+
+
+def test_the_shell_remembers_held_nodes_until_they_are_ready() -> None:
+    from gpuq.core.failover import remember_disruptions
+
+    held = not_ready({n.name for n in NODES[:4]})
+    active = node_disruptions(held, NOW, CFG.failover)
+    memory = remember_disruptions(held, active, NOW, {})
+    assert memory == {n.name: NOW for n in NODES[:4]}
+    # Two came back: the disruption is over; the other two keep the time they were last held.
+    two = not_ready({NODES[0].name, NODES[1].name})
+    later = remember_disruptions(two, node_disruptions(two, NOW + 5, CFG.failover), NOW + 5, memory)
+    assert later == {NODES[0].name: NOW, NODES[1].name: NOW}

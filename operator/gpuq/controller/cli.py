@@ -63,9 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     api.add_argument(
         "--kube-api-qps", type=float, default=_API.qps, help="sustained requests/s (0: no limit)"
     )
-    api.add_argument(
-        "--kube-api-burst", type=int, default=_API.burst, help="requests allowed in a burst"
-    )
+    api.add_argument("--kube-api-burst", type=int, default=_API.burst, help="requests allowed in a burst")
     api.add_argument(
         "--api-retries",
         type=int,

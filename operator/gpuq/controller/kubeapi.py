@@ -20,8 +20,10 @@ import json
 import random
 import ssl
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
@@ -209,6 +211,7 @@ class KubeApi:
         self.observe = observe or (lambda _verb, _status: None)  # metrics: one call per answer
         self.limiter = TokenBucket(self.policy.qps, self.policy.burst)
         self.retries = 0
+        self.answers: Counter[int] = Counter()  # HTTP status of every answer (0: none)
         self._session: aiohttp.ClientSession | None = None
         self._max_connections = max_connections
         self._rand = random.Random()
@@ -222,8 +225,22 @@ class KubeApi:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=_ssl_context(self.creds))
-            self._session = aiohttp.ClientSession(connector=connector)
+            self._session = aiohttp.ClientSession(connector=connector, trace_configs=[self._fence_trace()])
         return self._session
+
+    def _fence_trace(self) -> aiohttp.TraceConfig:
+        """The fence again at the last moment before a write's bytes go out: once it has a connection.
+        A request can wait long for one (every connection stuck on a frozen API server); it must not
+        go out afterwards on a check made before the wait."""
+
+        async def check(_session: object, ctx: SimpleNamespace, _params: object) -> None:
+            if (ctx.trace_request_ctx or {}).get("fenced") and not self.may_write():
+                raise NotLeader("not the leader any more when the request got its connection")
+
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_reuseconn.append(check)
+        trace.on_connection_create_end.append(check)
+        return trace
 
     async def close(self) -> None:
         if self._session is not None:
@@ -256,11 +273,12 @@ class KubeApi:
         limit = self.policy.max_retries if retries is None else retries
         attempt = 0
         while True:
+            await self.limiter.acquire()
+            # Checked after every wait (the rate limiter's too): the request goes out right after.
             if writes and not self.may_write():
                 raise NotLeader(f"{method} {path}: not the leader")
-            await self.limiter.acquire()
             try:
-                return await self._once(method, path, body, params, content_type, timeout)
+                return await self._once(method, path, body, params, content_type, timeout, writes)
             except ApiError as exc:
                 if not exc.transient or attempt >= limit:
                     raise
@@ -277,6 +295,7 @@ class KubeApi:
         params: Mapping[str, str] | None,
         content_type: str,
         timeout: float | None,
+        fenced: bool = False,
     ) -> dict[str, Any]:
         sent = self.clock.wall()
         try:
@@ -287,6 +306,7 @@ class KubeApi:
                 params=params,
                 headers=self._headers(content_type),
                 timeout=aiohttp.ClientTimeout(total=timeout or self.policy.timeout),
+                trace_request_ctx={"fenced": fenced},
             ) as resp:
                 self.clock.observe(sent, self.clock.wall(), resp.headers.get("Date"))
                 raw = await resp.read()
@@ -294,9 +314,9 @@ class KubeApi:
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
                 reason = resp.reason or ""
         except (TimeoutError, aiohttp.ClientError) as exc:
-            self.observe(method, UNAVAILABLE)
+            self._answered(method, UNAVAILABLE)
             raise ApiError(UNAVAILABLE, "Unavailable", f"{type(exc).__name__}: {exc}") from None
-        self.observe(method, status)
+        self._answered(method, status)
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:
@@ -305,6 +325,10 @@ class KubeApi:
             data = data if isinstance(data, dict) else {}
             raise ApiError(status, data.get("reason", reason), data.get("message", ""), retry_after)
         return data if isinstance(data, dict) else {}
+
+    def _answered(self, method: str, status: int) -> None:
+        self.answers[status] += 1
+        self.observe(method, status)
 
     async def get(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
         return await self.request("GET", path, params=params)

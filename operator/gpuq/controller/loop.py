@@ -9,8 +9,9 @@ next cycle already sees its assumptions. A quiet cluster runs no cycles at all.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -20,14 +21,15 @@ from gpuq.controller import intents, lifecycle
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.metrics import Metrics
-from gpuq.controller.objects import JobEntry, format_time, newer
+from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
 from gpuq.controller.preemption import Eviction, PreemptionTracker
-from gpuq.controller.snapshot import SnapshotBuilder, View
+from gpuq.controller.quarantine import Quarantine, culprits
+from gpuq.controller.snapshot import SnapshotBuilder, View, with_disrupted_at
 from gpuq.controller.writer import Writer
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import Admit, Decisions, Preempt, Restart
-from gpuq.core.failover import Disruption, failed_nodes, node_disruptions
-from gpuq.core.model import Snapshot
+from gpuq.core.failover import Disruption, failed_nodes, node_disruptions, remember_disruptions
+from gpuq.core.model import Job, Snapshot
 from gpuq.logs import get_logger
 
 log = get_logger("gpuq.loop")
@@ -72,6 +74,8 @@ class SchedulingLoop:
         self._timer_at: float | None = None
         self._position_written: dict[str, float] = {}
         self._disrupted: frozenset[str] = frozenset()
+        self._disrupted_at: dict[str, float] = {}  # node -> last time a disruption held it
+        self.quarantine = Quarantine()
 
     def restore(self) -> None:
         """A new leadership term: pick up preemptions in progress from the victims' status."""
@@ -117,14 +121,20 @@ class SchedulingLoop:
         now = self.clock()
         self.cycles += 1
         evicting = frozenset(e.victim for e in self.tracker.all())
-        view = self.builder.build(self.cache, now, self.config, evicting)
+        generations = {k: j.generation for k, j in self.cache.jobs.items()}
+        view = self.builder.build(self.cache, now, self.config, evicting, self.quarantine.active(generations))
         disruptions = node_disruptions(view.snapshot.nodes, now, self.config.failover)
         self._report_disruptions(disruptions)
+        self._disrupted_at = remember_disruptions(view.snapshot.nodes, disruptions, now, self._disrupted_at)
+        view = with_disrupted_at(view, self._disrupted_at)
         failed = failed_nodes(view.snapshot.nodes, now, self.config.failover)
         self._advance_lifecycles(now, failed)
         self._advance_preemptions(now, view, failed)
         t0 = time.perf_counter()
-        decisions = self.schedule(view.snapshot, now, self.config)
+        try:
+            decisions = self.schedule(view.snapshot, now, self.config)
+        except Exception as exc:
+            view, decisions = self._schedule_without_culprits(view, now, evicting, generations, exc)
         self.metrics.schedule.observe(time.perf_counter() - t0)
         log.debug(
             "cycle",
@@ -137,14 +147,42 @@ class SchedulingLoop:
             schedule_ms=round((time.perf_counter() - t0) * 1000, 2),
         )
         self._apply(decisions, view, now, failed)
-        self._publish_queues(decisions, view)
-        timers = (view.wake_at, self.tracker.next_deadline(), *(d.until for d in disruptions.values()))
+        self._publish_queues(decisions, view, now)
+        grace = self.config.failover.not_ready_grace_seconds
+        timers = (
+            view.wake_at,
+            self.tracker.next_deadline(),
+            *(d.until for d in disruptions.values()),
+            *(t + grace for t in self._disrupted_at.values() if t + grace > now),
+        )
         self.wake_at(min((t for t in timers if t is not None), default=None))
         self.builder.forget_missing(self.cache)
         for key in [k for k in self._position_written if k not in self.cache.jobs]:
             del self._position_written[key]
         self.metrics.cycle.observe(time.perf_counter() - started)
         return decisions
+
+    def _schedule_without_culprits(
+        self, view: View, now: float, evicting: frozenset[str], generations: dict[str, int], exc: Exception
+    ) -> tuple[View, Decisions]:
+        """The core raised: find the jobs it fails on, keep them out, and schedule the rest."""
+        log.error("scheduling failed; looking for the jobs that make it fail", error=repr(exc))
+        snap = view.snapshot
+
+        def fails(jobs: Sequence[Job]) -> bool:
+            try:
+                self.schedule(dataclasses.replace(snap, jobs=tuple(jobs)), now, self.config)
+            except Exception:
+                return True
+            return False
+
+        bad = culprits(snap.jobs, fails)
+        if not bad:
+            raise exc  # not about one input (a bug or a resource problem): the loop retries
+        log.error("jobs kept out of scheduling after an internal error", jobs=bad)
+        self.quarantine.add(bad, generations)
+        view = self.builder.build(self.cache, now, self.config, evicting, self.quarantine.active(generations))
+        return view, self.schedule(view.snapshot, now, self.config)
 
     def _report_disruptions(self, active: dict[str, Disruption]) -> None:
         scopes = frozenset(active)
@@ -327,6 +365,11 @@ class SchedulingLoop:
         for ev in events:
             await self.writer.event(fresh, ev)
 
+    async def _patch_queue(self, q: QueueEntry, patch: dict[str, Any], events: tuple[st.Event, ...]) -> None:
+        await self.writer.patch_queue_status(q.name, patch)
+        for ev in events:
+            await self.writer.object_event("default", "GPUQueue", q.name, q.uid, ev)
+
     async def _restart(
         self, job: JobEntry, r: Restart, admit: Admit | None, now: float, failed: frozenset[str]
     ) -> None:
@@ -357,7 +400,7 @@ class SchedulingLoop:
             await self.writer.admit(fresh, admit)
 
     # -- queues ------------------------------------------------------------------------------
-    def _publish_queues(self, d: Decisions, view: View) -> None:
+    def _publish_queues(self, d: Decisions, view: View, now: float) -> None:
         pending: dict[str, int] = {}
         admitted: dict[str, int] = {}
         admitting = {a.job for a in d.admit}
@@ -376,13 +419,20 @@ class SchedulingLoop:
             self.metrics.admitted_jobs.labels(name).set(admitted.get(name, 0))
             if q.spec is not None:
                 self.metrics.queue_nominal.labels(name).set(q.spec.nominal_gpus)
+            active = st.queue_active(q.status.conditions, q.error if q.spec is None else None, now)
             patch = st.patch(
                 q.status,
                 used_gpus=used,
                 borrowed_gpus=borrowed,
                 pending_jobs=pending.get(name, 0),
                 admitted_jobs=admitted.get(name, 0),
+                conditions=active,
             )
             key = f"gpuqueue/{name}"
             if patch and key not in self.writer.busy:
-                self.writer.submit(key, partial(self.writer.patch_queue_status, name, patch), minor=True)
+                events = (
+                    (st.warning("InvalidSpec", q.error or "invalid spec"),)
+                    if "conditions" in patch and q.spec is None
+                    else ()
+                )
+                self.writer.submit(key, partial(self._patch_queue, q, patch, events), minor=True)

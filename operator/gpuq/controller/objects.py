@@ -90,6 +90,7 @@ class QueueEntry:
     status: GPUQueueStatus
     generation: int = 0
     error: str | None = None
+    uid: str = ""
 
 
 @dataclass(slots=True)
@@ -191,15 +192,21 @@ def parse_node(body: Mapping[str, Any]) -> NodeEntry:
 
 def parse_queue(body: Mapping[str, Any]) -> QueueEntry:
     md = _meta(body)
-    status = (
-        GPUQueueStatus.model_validate(body.get("status") or {}) if body.get("status") else GPUQueueStatus()
-    )
+    try:
+        status = GPUQueueStatus.model_validate(body.get("status") or {})
+    except ValidationError:
+        status = GPUQueueStatus()  # status is ours: a garbled one is rewritten, never fatal
     try:
         spec, error = GPUQueueSpec.model_validate(body.get("spec") or {}), None
     except ValidationError as exc:
         spec, error = None, f"invalid spec: {validation_message(exc)}"
     return QueueEntry(
-        name=md["name"], spec=spec, status=status, generation=md.get("generation", 0), error=error
+        name=md["name"],
+        spec=spec,
+        status=status,
+        generation=md.get("generation", 0),
+        error=error,
+        uid=md.get("uid", ""),
     )
 
 

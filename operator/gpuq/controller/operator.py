@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,9 @@ class OperatorOptions:
     leader_elect: bool = True
     lease: LeaseConfig = field(default_factory=LeaseConfig)
     api: ApiPolicy = field(default_factory=ApiPolicy)
-    drain_seconds: float = 5.0  # graceful stop: in-flight writes may finish this long
+    # Graceful stop: in-flight writes may finish this long before the lease is released (whatever is
+    # cut short was persisted first and the next leader finishes it; a long drain delays the takeover).
+    drain_seconds: float = 1.0
 
 
 async def scheduler_config(api: KubeApi, options: OperatorOptions) -> SchedulerConfig:
@@ -102,12 +105,18 @@ class Term:
     def _wake(self) -> None:
         self.loop.mark_dirty()
 
-    def start(self) -> None:
+    def start(self, ready: Callable[[], Awaitable[None]]) -> None:
+        """Schedule once `ready` (fresh lists) is done: decisions are made on a view that holds every
+        write committed before this term began."""
         self.cache.assumed.clear()
         self.cache.on_change = self.loop.mark_dirty
+        self.task = asyncio.create_task(self._run(ready), name="gpuq-scheduling-loop")
+
+    async def _run(self, ready: Callable[[], Awaitable[None]]) -> None:
+        await ready()
         self.loop.restore()
         self.loop.synced.set()
-        self.task = asyncio.create_task(self.loop.run(), name="gpuq-scheduling-loop")
+        await self.loop.run()
 
     def stop_scheduling(self) -> None:
         self.cache.on_change = lambda: None
@@ -146,14 +155,31 @@ class Runtime:
         self.term: Term | None = None
         self.synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._watches: dict[Informer, asyncio.Task[None]] = {}
 
     @property
     def leading(self) -> bool:
         return self.term is not None
 
+    def _watch(self, inf: Informer) -> None:
+        self._watches[inf] = asyncio.create_task(inf.run(), name=f"gpuq-informer:{inf.kind}")
+
+    async def fresh_lists(self) -> None:
+        """List every kind again (a consistent read) and replace the cache. A new term waits for it:
+        writes the previous leader sent before its fence closed may have been committed only now
+        (an API server that was frozen, an etcd that was paused), after the watches last spoke."""
+        t0 = asyncio.get_running_loop().time()
+        for inf in self.informers:  # no await in here: a cancelled term never leaves a kind unwatched
+            self._watches.pop(inf).cancel()  # it stops at its next await, before touching anything
+            inf.resource_version = ""
+            inf.synced.clear()
+            self._watch(inf)
+        await asyncio.gather(*(inf.synced.wait() for inf in self.informers))
+        log.info("fresh lists for the new term", seconds=round(asyncio.get_running_loop().time() - t0, 3))
+
     async def start(self) -> None:
         for inf in self.informers:
-            self._tasks.append(asyncio.create_task(inf.run(), name=f"gpuq-informer:{inf.kind}"))
+            self._watch(inf)
         await asyncio.gather(*(inf.synced.wait() for inf in self.informers))
         self.synced.set()
         c = self.cache
@@ -161,16 +187,29 @@ class Runtime:
         if self.elector is None:
             self._begin_term()
             return
+        self._tasks.append(asyncio.create_task(self._report_api_trouble(), name="gpuq-api-trouble"))
         self._tasks.append(asyncio.create_task(self.elector.informer().run(), name="gpuq-informer:lease"))
         self._tasks.append(
             asyncio.create_task(self.elector.run(self._begin_term, self._end_term), name="gpuq-elector")
         )
 
+    async def _report_api_trouble(self, every: float = 30.0) -> None:
+        """One line per period in which the API server throttled or failed requests (each retried)."""
+        seen = dict(self.api.answers)
+        while True:
+            await asyncio.sleep(every)
+            now = dict(self.api.answers)
+            delta = {code: n - seen.get(code, 0) for code, n in now.items() if n > seen.get(code, 0)}
+            seen = now
+            trouble = {str(c): n for c, n in sorted(delta.items()) if c == 0 or c == 429 or c >= 500}
+            if trouble:
+                log.warning("API server trouble; requests retried", answers=trouble, seconds=every)
+
     def _begin_term(self) -> None:
         self.term = Term(
             self.api, self.cache, self.config, self.metrics, self.schedule, self.options.debounce_seconds
         )
-        self.term.start()
+        self.term.start(self.fresh_lists)
         self.metrics.leader.set(1)
         self.metrics.leader_terms.inc()
 
@@ -190,9 +229,10 @@ class Runtime:
             term.writer.abort()
         if self.elector is not None:
             await self.elector.release()
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._watches.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self.term = None
 
     def probe(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ restart back-off expiring) so the loop can sleep until then instead of polling.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, PlacementEntry, TrainingJobSpec
@@ -18,6 +18,7 @@ from gpuq.controller.cache import ClusterCache
 from gpuq.controller.nodehealth import OUT_OF_SERVICE_TAINT, damped_until
 from gpuq.controller.objects import JobEntry, NodeEntry, newer, parse_time
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
+from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
 from gpuq.controller.resources import add, pod_requests
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.model import (
@@ -66,6 +67,16 @@ class View:
     wake_at: float | None = None
 
 
+def with_disrupted_at(view: View, memory: Mapping[str, float]) -> View:
+    """The view with Node.disrupted_at set from the loop's memory (gpuq.core.failover)."""
+    if not memory:
+        return view
+    nodes = tuple(
+        replace(n, disrupted_at=memory[n.name]) if n.name in memory else n for n in view.snapshot.nodes
+    )
+    return replace(view, snapshot=replace(view.snapshot, nodes=nodes))
+
+
 def _earliest(times: Iterable[float | None]) -> float | None:
     real = [t for t in times if t is not None]
     return min(real) if real else None
@@ -102,39 +113,105 @@ def grace_ends(node: NodeEntry, now: float, grace: float) -> float | None:
     return end if end > now else None
 
 
-def _requirements(raw: Any) -> tuple[NodeSelectorRequirement, ...]:
-    return tuple(
-        NodeSelectorRequirement(e["key"], e["operator"], tuple(e.get("values") or ())) for e in raw or []
+# The pod template is free-form in the CRD, so the shapes gpuq reads from it are checked here, once:
+# a wrong type becomes a ValueError naming the field (the job pends as Invalid), never a value the
+# core cannot hash or compare.
+_AFFINITY = "spec.workers.template.spec.affinity.nodeAffinity"
+
+
+def _text(raw: Any, where: str, default: str = "") -> str:
+    if raw is None:
+        return default
+    if not isinstance(raw, str):
+        raise ValueError(f"{where} must be a string, not {type(raw).__name__}")
+    return raw
+
+
+def _items(raw: Any, where: str) -> list[Mapping[str, Any]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(e, Mapping) for e in raw):
+        raise ValueError(f"{where} must be a list of objects")
+    return raw
+
+
+def _requirements(raw: Any, where: str) -> tuple[NodeSelectorRequirement, ...]:
+    out = []
+    for i, e in enumerate(_items(raw, where)):
+        values = e.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ValueError(f"{where}[{i}].values must be a list of strings")
+        key, op = _text(e.get("key"), f"{where}[{i}].key"), _text(e.get("operator"), f"{where}[{i}].operator")
+        out.append(NodeSelectorRequirement(key, op, tuple(values)))
+    return tuple(out)
+
+
+def _term(raw: Any, where: str) -> NodeSelectorTerm:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be an object")
+    return NodeSelectorTerm(
+        _requirements(raw.get("matchExpressions"), f"{where}.matchExpressions"),
+        _requirements(raw.get("matchFields"), f"{where}.matchFields"),
     )
 
 
-def _term(raw: Mapping[str, Any]) -> NodeSelectorTerm:
-    return NodeSelectorTerm(_requirements(raw.get("matchExpressions")), _requirements(raw.get("matchFields")))
-
-
-def _toleration(raw: Mapping[str, Any]) -> Toleration:
-    effect = raw.get("effect")
+def _toleration(raw: Mapping[str, Any], where: str) -> Toleration:
+    effect = _text(raw.get("effect"), f"{where}.effect")
     return Toleration(
-        key=raw.get("key", "") or "",
-        operator=raw.get("operator", "Equal") or "Equal",
-        value=raw.get("value", "") or "",
+        key=_text(raw.get("key"), f"{where}.key"),
+        operator=_text(raw.get("operator"), f"{where}.operator") or "Equal",
+        value=_text(raw.get("value"), f"{where}.value"),
         effect=TaintEffect(effect) if effect else None,
     )
 
 
+def _node_selector(raw: Any) -> dict[str, str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not all(isinstance(v, str) for v in raw.values()):
+        raise ValueError("spec.workers.template.spec.nodeSelector must map label keys to strings")
+    return dict(raw)
+
+
+def _mapping(raw: Any, where: str) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where} must be an object")
+    return raw
+
+
 def constraints(spec: TrainingJobSpec) -> Constraints:
     """Placement constraints gpuq must honour itself because it binds the pods."""
-    pod = (spec.workers.template.get("spec") or {}) if isinstance(spec.workers.template, Mapping) else {}
-    node_aff = (pod.get("affinity") or {}).get("nodeAffinity") or {}
-    required = (node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
-    preferred = node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    pod = _mapping(
+        _mapping(spec.workers.template, "spec.workers.template").get("spec"), "spec.workers.template.spec"
+    )
+    affinity = _mapping(pod.get("affinity"), "spec.workers.template.spec.affinity")
+    node_aff = _mapping(affinity.get("nodeAffinity"), _AFFINITY)
+    required_raw = _mapping(
+        node_aff.get("requiredDuringSchedulingIgnoredDuringExecution"), f"{_AFFINITY}.required..."
+    )
+    required = _items(required_raw.get("nodeSelectorTerms"), f"{_AFFINITY}.required...nodeSelectorTerms")
+    preferred = _items(
+        node_aff.get("preferredDuringSchedulingIgnoredDuringExecution"), f"{_AFFINITY}.preferred..."
+    )
+    where_pref = f"{_AFFINITY}.preferred..."
+    for i, p in enumerate(preferred):
+        if not isinstance(p.get("weight", 1), int) or isinstance(p.get("weight", 1), bool):
+            raise ValueError(f"{where_pref}[{i}].weight must be an integer")
     return Constraints(
-        node_selector=dict(pod.get("nodeSelector") or {}),
-        required_terms=tuple(_term(t) for t in required or []),
+        node_selector=_node_selector(pod.get("nodeSelector")),
+        required_terms=tuple(_term(t, f"{_AFFINITY}.required...[{i}]") for i, t in enumerate(required)),
         preferred_terms=tuple(
-            PreferredTerm(int(p.get("weight", 1)), _term(p.get("preference") or {})) for p in preferred
+            PreferredTerm(
+                int(p.get("weight", 1)), _term(p.get("preference") or {}, f"{where_pref}[{i}].preference")
+            )
+            for i, p in enumerate(preferred)
         ),
-        tolerations=tuple(_toleration(t) for t in pod.get("tolerations") or []),
+        tolerations=tuple(
+            _toleration(t, f"spec.workers.template.spec.tolerations[{i}]")
+            for i, t in enumerate(_items(pod.get("tolerations"), "spec.workers.template.spec.tolerations"))
+        ),
         gpu_models=tuple(spec.workers.gpu_models),
         mixed_models=spec.workers.mixed_models,
     )
@@ -197,9 +274,15 @@ class SnapshotBuilder:
             del self._derived[key]
 
     def build(
-        self, cache: ClusterCache, now: float, config: SchedulerConfig, evicting: frozenset[str] = frozenset()
+        self,
+        cache: ClusterCache,
+        now: float,
+        config: SchedulerConfig,
+        evicting: frozenset[str] = frozenset(),
+        quarantined: Mapping[str, int] | None = None,
     ) -> View:
-        """`evicting`: victims asked to checkpoint or being deleted (they still hold their nodes)."""
+        """`evicting`: victims asked to checkpoint or being deleted (they still hold their nodes).
+        `quarantined`: jobs the core failed on (gpuq.controller.quarantine), kept out."""
         topo = config.topology
         excluded: dict[str, Exclusion] = {}
         held: dict[str, Holding] = {}
@@ -215,6 +298,8 @@ class SnapshotBuilder:
                 continue
             if job.spec is None:
                 reason: Exclusion | None = Exclusion("Invalid", job.error or "invalid spec")
+            elif quarantined and key in quarantined:
+                reason = Exclusion("InternalError", QUARANTINE_MESSAGE)
             else:
                 reason = self._exclusion(job, cache, topo)
             if job.spec is None or reason is not None:

@@ -6,6 +6,8 @@ Conditions (documented in docs/api.md):
                        NamespaceNotAllowed, UnknownTopologyLevel, InvalidPodTemplate, Invalid, Unschedulable).
   PreemptionRequested  True while a preemption waits for the victim's checkpoint.
   CheckpointReportInvalid  True when the gpuq.dev/checkpoint annotation cannot be read.
+GPUQueue conditions:
+  Active               True (Ready) when the queue can admit jobs; False (InvalidSpec) with the reason.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ ADMITTED = "Admitted"
 BLOCKED = "Blocked"
 PREEMPTION_REQUESTED = "PreemptionRequested"
 CHECKPOINT_INVALID = "CheckpointReportInvalid"
+ACTIVE = "Active"  # GPUQueue: True when its spec is usable, False (InvalidSpec) with the reason otherwise
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,12 @@ def with_condition(
             )
         )
     return out
+
+
+def queue_active(conditions: Sequence[Condition], error: str | None, now: float) -> list[Condition]:
+    if error is not None:
+        return with_condition(conditions, ACTIVE, False, "InvalidSpec", error, now)
+    return with_condition(conditions, ACTIVE, True, "Ready", "the queue admits jobs", now)
 
 
 def without_condition(conditions: Sequence[Condition], type_: str) -> list[Condition]:

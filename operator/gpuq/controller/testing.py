@@ -47,6 +47,15 @@ def install_crds(api: k8s.ApiClient, timeout: float = 30.0) -> None:
     wait_for(established, timeout, "gpuq CRDs established")
 
 
+def ensure_namespace(core: k8s.CoreV1Api, name: str) -> None:
+    """Create the namespace unless it exists."""
+    try:
+        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 class OperatorProcess:
     """`gpuq operator run` in a child process, logging to a file."""
 

@@ -16,7 +16,10 @@ least `disruption_min_nodes` are NotReady at once, NotReady is treated as a cont
 event (an API server that froze, a partitioned control plane), as the node lifecycle controller does
 with its unhealthy-zone threshold: NotReady alone fails no gang on those nodes for up to
 `disruption_max_seconds` after the threshold was crossed. Evidence of a real failure (node deleted,
-out-of-service taint, bad GPUs, another NoExecute taint) still fails gangs at once.
+out-of-service taint, bad GPUs, another NoExecute taint) still fails gangs at once. A node a
+disruption held gets a whole grace period after it (Node.disrupted_at, remembered by the shell):
+when a disruption dissolves node by node, the nodes still on their way back are not failed over the
+moment the NotReady share drops below the threshold.
 
 Flap damping: a node whose Ready condition left True `node_flap_threshold` times within
 `node_flap_window_seconds` receives no new work until the oldest of those transitions leaves the
@@ -90,19 +93,42 @@ def node_disruptions(nodes: Sequence[Node], now: float, cfg: FailoverConfig) -> 
     return disruptions(not_ready, scope_sizes(nodes), now, cfg) if not_ready else {}
 
 
+def remember_disruptions(
+    nodes: Sequence[Node], active: Mapping[str, Disruption], now: float, memory: Mapping[str, float]
+) -> dict[str, float]:
+    """The shell's memory of Node.disrupted_at after a cycle: `now` for each NotReady node a
+    disruption holds, the remembered time for other NotReady nodes, nothing for Ready ones."""
+    out = {}
+    for nd in nodes:
+        if nd.not_ready_since is None:
+            continue
+        if active and held(nd, active):
+            out[nd.name] = now
+        elif nd.name in memory:
+            out[nd.name] = memory[nd.name]
+    return out
+
+
+def grace_start(nd: Node) -> float | None:
+    """When a NotReady node's failover grace period started: its NotReady transition, or the last
+    time a disruption held it, whichever is later."""
+    if nd.not_ready_since is None:
+        return None
+    return max(nd.not_ready_since, nd.disrupted_at) if nd.disrupted_at is not None else nd.not_ready_since
+
+
+def not_ready_failed(nd: Node, now: float, cfg: FailoverConfig, active: Mapping[str, Disruption]) -> bool:
+    """NotReady long enough to fail its gangs, and no disruption holds it."""
+    start = grace_start(nd)
+    return start is not None and now - start >= cfg.not_ready_grace_seconds and not held(nd, active)
+
+
 def failed_nodes(nodes: Sequence[Node], now: float, cfg: FailoverConfig) -> frozenset[str]:
     """Nodes that fail every gang on them now for health alone (FAILED, or NotReady past the grace
     period and not held by a disruption): the shell force-deletes pods there."""
     active = node_disruptions(nodes, now, cfg)
     return frozenset(
-        nd.name
-        for nd in nodes
-        if nd.health is Health.FAILED
-        or (
-            nd.not_ready_since is not None
-            and now - nd.not_ready_since >= cfg.not_ready_grace_seconds
-            and not held(nd, active)
-        )
+        nd.name for nd in nodes if nd.health is Health.FAILED or not_ready_failed(nd, now, cfg, active)
     )
 
 
@@ -130,11 +156,7 @@ def node_failure(
     nd = ix.nodes[i]
     if nd.health is Health.FAILED:
         return f"node {nd.name} failed"
-    if (
-        nd.not_ready_since is not None
-        and now - nd.not_ready_since >= cfg.not_ready_grace_seconds
-        and not (active and held(nd, active))
-    ):
+    if nd.not_ready_since is not None and not_ready_failed(nd, now, cfg, active or {}):
         return (
             f"node {nd.name} NotReady for {now - nd.not_ready_since:.0f}s "
             f"(grace {cfg.not_ready_grace_seconds:.0f}s)"

@@ -434,6 +434,7 @@ class ClusterIndex:
             or old.taints != nd.taints
             or old.health != nd.health
             or old.not_ready_since != nd.not_ready_since
+            or old.disrupted_at != nd.disrupted_at
             or old.flapping != nd.flapping
             or old.allocatable != nd.allocatable
             or old.healthy_gpus != nd.healthy_gpus

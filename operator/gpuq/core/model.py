@@ -126,6 +126,10 @@ class Node:
     # once `now - not_ready_since >= config.failover.not_ready_grace_seconds`; before that the node only
     # stops receiving new work. The shell passes the condition's lastTransitionTime and needs no clock.
     not_ready_since: float | None = None
+    # The last time a disruption held this NotReady node's failover (gpuq.core.failover, the shell
+    # remembers it): its grace period counts from then, so when a disruption dissolves node by node,
+    # the nodes still coming back get a whole grace period instead of failing over at once.
+    disrupted_at: float | None = None
     # GPUs the device plugin reports healthy (None: all of allocatable). Fewer healthy GPUs than the GPUs
     # bound on the node fails every gang with a rank there; new work sees only the healthy ones.
     healthy_gpus: int | None = None

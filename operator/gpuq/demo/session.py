@@ -22,11 +22,11 @@ from types import FrameType
 from typing import Any
 
 import structlog
-from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from rich.console import Console, RenderableType
 
 from gpuq.api import meta
+from gpuq.controller import testing
 from gpuq.controller.testing import GpuqClient, install_crds
 from gpuq.demo.display import LiveDisplay, PlainDisplay
 from gpuq.demo.scenario import JOB_ORDER, Report, Scenario, Stage, rack_map
@@ -121,11 +121,7 @@ def cluster_handle(dev: Cluster) -> E2ECluster:
 
 
 def ensure_namespace(cluster: E2ECluster, name: str) -> None:
-    try:
-        cluster.core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
-    except k8s.ApiException as exc:
-        if exc.status != 409:
-            raise
+    testing.ensure_namespace(cluster.core, name)
     wait_for(
         lambda: (
             cluster.core.list_namespaced_service_account(name, field_selector="metadata.name=default").items

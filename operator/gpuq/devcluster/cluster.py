@@ -536,10 +536,26 @@ class Cluster:
         labels = self._get_node(node)["metadata"].get("labels", {})
         if HEARTBEAT_LABEL not in labels:
             raise DevClusterError(f"node {node!r} is not a simulated gpuq node (no {HEARTBEAT_LABEL} label)")
-        self.rest().merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {HEARTBEAT_LABEL: value}}})
+        rest = self.rest()
+        rest.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {HEARTBEAT_LABEL: value}}})
         _log().info("devcluster.heartbeat", cluster=self.name, node=node, heartbeat=value)
+        if value == HEARTBEAT_ON:
+            self._resync_pods(rest, node)
         if wait is not None:
             self.wait_node(node, expect_ready, wait)
+
+    def _resync_pods(self, rest: Rest, node: str) -> None:
+        """A kubelet coming back syncs every pod bound to its node; kwok only acts on pod events, so a
+        pod bound while the node was down would stay Pending forever. Touch each such pod once."""
+        pods = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")["items"]
+        for pod in pods:
+            md = pod["metadata"]
+            if pod.get("status", {}).get("phase", "Pending") == "Pending" and "deletionTimestamp" not in md:
+                with contextlib.suppress(ApiError):
+                    rest.merge_patch(
+                        f"/api/v1/namespaces/{md['namespace']}/pods/{md['name']}",
+                        {"metadata": {"annotations": {"gpuq.dev/sim-resync": str(time.time())}}},
+                    )
 
 
 def _pid_alive(pid: int) -> bool:
