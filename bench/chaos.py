@@ -30,6 +30,7 @@ from gpuq.chaos.harness import ChaosRun, LeaseTimings, RunReport
 from gpuq.chaos.invariants import PARTIAL_LIMIT
 from gpuq.chaos.load import job_mix
 from gpuq.devcluster import Cluster, Shape, ensure_binaries
+from gpuq.sim.metrics import percentile
 
 SHAPE = Shape(racks=16, nodes_per_rack=8, blocks=4, zones=2)  # 128 nodes, 1024 GPUs
 DEFAULT = LeaseTimings()  # 15 / 10 / 2 s, client-go's recommendation and gpuq's default
@@ -115,13 +116,6 @@ SCENARIOS = [
 ]  # fmt: skip
 
 
-def percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
 def run_scenario(sc: Scenario, args: argparse.Namespace, work: Path) -> RunReport:
     dev = Cluster.up(f"bench-chaos-{os.getpid()}", SHAPE, tie_to_process=True)
     try:
@@ -182,8 +176,8 @@ def main() -> int:
         if samples:
             print(
                 f"\nleader takeover after {label} (lease {DEFAULT.duration:.0f}/{DEFAULT.renew:.0f}/"
-                f"{DEFAULT.retry:.0f} s, 2 replicas, n={len(samples)}): p50 {percentile(samples, 0.5):.2f} s,"
-                f" p99 {percentile(samples, 0.99):.2f} s, max {max(samples):.2f} s"
+                f"{DEFAULT.retry:.0f} s, 2 replicas, n={len(samples)}): p50 {percentile(samples, 50):.2f} s,"
+                f" p99 {percentile(samples, 99):.2f} s, max {max(samples):.2f} s"
             )
     single = [
         d["takeover_s"] for sc, r in rows if sc.replicas == 1 for name, _, d in r.faults if "takeover_s" in d
@@ -191,7 +185,7 @@ def main() -> int:
     if single:
         print(
             f"one replica, killed and restarted 1 s later (n={len(single)}): leading again after "
-            f"p50 {percentile(single, 0.5):.2f} s, p99 {percentile(single, 0.99):.2f} s"
+            f"p50 {percentile(single, 50):.2f} s, p99 {percentile(single, 99):.2f} s"
         )
     print(f"\nreproduce: .venv/bin/python bench/chaos.py {shlex.join(sys.argv[1:])}".rstrip())
     return 0

@@ -40,6 +40,7 @@ from gpuq.api import meta
 from gpuq.controller.testing import DEFAULT_IMAGE, GpuqClient, OperatorProcess, install_crds
 from gpuq.devcluster import Cluster, Shape
 from gpuq.devcluster.testing import wait_for
+from gpuq.sim.metrics import percentile
 
 NS_GPUQ, NS_RAW, NS_SCHED = "bench-gpuq", "bench-raw", "bench-sched"
 QUEUE = "bench"
@@ -62,13 +63,6 @@ def job_mix(n: int, seed: int = 1) -> list[tuple[int, int]]:
     rng = random.Random(seed)
     kinds = [(r, g) for g, r, _ in MIX]
     return rng.choices(kinds, weights=[p for _, _, p in MIX], k=n)
-
-
-def percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 class Watcher:
@@ -198,8 +192,8 @@ def measure_gpuq(gpuq: GpuqClient, op: OperatorProcess, jobs: int, timeout: floa
         "running_gpus": sum(r * g for i, (r, g) in enumerate(mix) if f"j{i:04d}" in running.first),
         "bound": len(bound.first),
         "bound_rate": len(bound.first) / max(max(bound.first.values(), default=t0) - t0, 1e-9),
-        "p50": percentile(latencies, 0.5) if latencies else float("nan"),
-        "p99": percentile(latencies, 0.99) if latencies else float("nan"),
+        "p50": percentile(latencies, 50) if latencies else float("nan"),
+        "p99": percentile(latencies, 99) if latencies else float("nan"),
         "cpu": cpu,
         "rss": rss,
     }

@@ -28,6 +28,7 @@ from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
 from gpuq.devcluster import Cluster, Shape
 from gpuq.devcluster.components import Timing
 from gpuq.devcluster.testing import wait_for
+from gpuq.sim.metrics import percentile
 
 SHAPE = Shape(racks=4, nodes_per_rack=4, gpus_per_node=8, blocks=2, zones=1)
 NS = "bench-failover"
@@ -35,13 +36,6 @@ NS = "bench-failover"
 # and the DefaultTolerationSeconds admission plugin's 300 s for not-ready/unreachable.
 STOCK_GRACE = (40.0, 50.0)
 STOCK_TOLERATION = 300.0
-
-
-def percentile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def not_ready_since(gpuq: GpuqClient, node: str) -> float:
@@ -118,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     toleration = unreachable_toleration(pod) if pod is not None else None
     tol = toleration if toleration is not None else STOCK_TOLERATION
     monitor = float(timing.node_monitor_grace_seconds)
-    p50, p99 = statistics.median(samples), percentile(samples, 0.99)
+    p50, p99 = statistics.median(samples), percentile(samples, 99)
     print(
         f"\ncluster: {SHAPE.racks * SHAPE.nodes_per_rack} kwok nodes x {SHAPE.gpus_per_node} GPUs, gang 4x8, "
         f"notReadyGraceSeconds {args.grace:g}, node-monitor-grace-period {monitor:g} s"

@@ -17,6 +17,8 @@ SUBSYSTEMS: tuple[str, ...] = (
     "gpuq.controller.cli",
     "gpuq.sim.cli",
     "gpuq.demo.cli",
+    "gpuq.extender_cli",
+    "gpuq.doctor.cli",
 )
 
 

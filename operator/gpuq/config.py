@@ -18,6 +18,8 @@ the offending path, so a typo never silently falls back to a default.
     maxAdmissionsPerCycle: 10000
     maxPreemptionSearchesPerCycle: 16
     gpuModelLabel: nvidia.com/gpu.product
+    extenderEnabled: true
+    extenderBindAddress: 127.0.0.1
     extenderPort: 8888
 """
 
@@ -98,6 +100,8 @@ class _Config(_Strict):
     max_admissions_per_cycle: int = Field(default=_DEFAULT.max_admissions_per_cycle, ge=1)
     max_preemption_searches_per_cycle: int = Field(default=_DEFAULT.max_preemption_searches_per_cycle, ge=1)
     gpu_model_label: str = Field(default=_DEFAULT.gpu_model_label, min_length=1)
+    extender_enabled: bool = Field(default=_DEFAULT.extender_enabled)
+    extender_bind_address: str = Field(default=_DEFAULT.extender_bind_address, min_length=1)
     extender_port: int = Field(default=_DEFAULT.extender_port, ge=1, le=65535)
 
     def to_core(self) -> SchedulerConfig:
@@ -112,6 +116,8 @@ class _Config(_Strict):
             max_admissions_per_cycle=self.max_admissions_per_cycle,
             max_preemption_searches_per_cycle=self.max_preemption_searches_per_cycle,
             gpu_model_label=self.gpu_model_label,
+            extender_enabled=self.extender_enabled,
+            extender_bind_address=self.extender_bind_address,
             extender_port=self.extender_port,
         )
 

@@ -57,9 +57,15 @@ def test_rbac_has_no_wildcards() -> None:
 
 
 def test_config_map_documents_the_defaults() -> None:
+    """Every field at its default, but the extender's address: in a cluster kube-scheduler reaches it
+    through a Service, so the leader listens on all addresses (the default is loopback)."""
+    import dataclasses
+
     cm = next(d for d in docs(MANIFESTS / "configmap.yaml") if d["kind"] == "ConfigMap")
     assert cm["metadata"]["name"] == "gpuq-scheduler-config"
-    assert config_from_config_map(cm["data"]) == SchedulerConfig()
+    config = config_from_config_map(cm["data"])
+    assert config.extender_bind_address == "0.0.0.0"
+    assert dataclasses.replace(config, extender_bind_address="127.0.0.1") == SchedulerConfig()
 
 
 def test_deployment_runs_the_operator_command() -> None:

@@ -268,6 +268,9 @@ def victim_allowed(s: Snapshot, victim: str, for_job: str, now: float) -> bool:
     if now - v.running.started_at < v.min_runtime_seconds:
         return False
     q = queues[j.queue]
+    vq_policy = queues[v.queue].preemption if v.queue in queues else None
+    if vq_policy is not None and vq_policy.budget() == 0:
+        return False  # a non-preemptible queue, or one out of preemptions this hour
     if v.queue == j.queue:
         return q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY and v.priority < j.priority
     vq = queues.get(v.queue)
@@ -290,6 +293,13 @@ def victim_allowed(s: Snapshot, victim: str, for_job: str, now: float) -> bool:
 def check_preemptions(s: Snapshot, d: Decisions, now: float) -> None:
     pend = {p.job: p for p in d.pending}
     seen: set[str] = set()
+    jobs = {j.key: j for j in s.jobs}
+    taken: dict[str, int] = {}
+    for p in d.preempt:
+        taken[jobs[p.victim].queue] = taken.get(jobs[p.victim].queue, 0) + 1
+    for q in s.queues:
+        left = q.preemption.budget()
+        assert left is None or taken.get(q.name, 0) <= left, f"queue {q.name} lost more jobs than its cap"
     for p in d.preempt:
         assert p.victim not in seen, f"{p.victim} preempted twice"
         seen.add(p.victim)

@@ -108,7 +108,11 @@ def _queues(rnd: random.Random, count: int, preemption: bool) -> list[Queue]:
     for i in range(count):
         if preemption:
             policy = PreemptionPolicy(
-                rnd.choice(list(WithinQueuePreemption)), rnd.choice(list(ReclaimPreemption))
+                rnd.choice(list(WithinQueuePreemption)),
+                rnd.choice(list(ReclaimPreemption)),
+                preemptible=rnd.random() > 0.1,
+                max_per_hour=rnd.choice((None, None, None, 0, 1, 2)),
+                recent=rnd.choice((0, 0, 1)),
             )
         else:
             policy = PreemptionPolicy(WithinQueuePreemption.NEVER, ReclaimPreemption.NEVER)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import Field
@@ -57,6 +58,22 @@ class PreemptionSpec(ApiModel):
         description=(
             "Reclaim lent quota by preempting borrowers in the cohort: Any borrower, only LowerPriority "
             "ones, or Never."
+        ),
+    )
+    preemptible: bool = Field(
+        default=True,
+        description=(
+            "false: no job of this queue is ever a preemption victim (neither within the queue nor "
+            "reclaimed by the cohort), e.g. for interactive work; lenders wait for its jobs to finish."
+        ),
+    )
+    max_preemptions_per_hour: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description=(
+            "Most jobs of this queue preempted in any hour (victims); unset: no cap. A preemption that "
+            "would exceed it is not made: the preemptor waits."
         ),
     )
 
@@ -131,7 +148,12 @@ class GPUQueueSpec(ApiModel):
             lending_limit_gpus=self.lending_limit_gpus,
             weight=self.weight,
             strategy=self.queueing_strategy,
-            preemption=PreemptionPolicy(self.preemption.within_queue, self.preemption.reclaim_within_cohort),
+            preemption=PreemptionPolicy(
+                self.preemption.within_queue,
+                self.preemption.reclaim_within_cohort,
+                preemptible=self.preemption.preemptible,
+                max_per_hour=self.preemption.max_preemptions_per_hour,
+            ),
             model_quotas=dict(self.model_quotas),
         )
 
@@ -143,6 +165,11 @@ class GPUQueueStatus(ApiModel):
     )
     pending_jobs: int = Field(default=0, ge=0, description="Jobs waiting in the queue.")
     admitted_jobs: int = Field(default=0, ge=0, description="Jobs holding quota (admitted or running).")
+    recent_preemptions: list[datetime] = Field(
+        default_factory=list,
+        max_length=1024,
+        description="When jobs of this queue were preempted in the last hour (for maxPreemptionsPerHour).",
+    )
     conditions: list[Condition] = conditions_field("Observations about the queue.")
 
 

@@ -9,6 +9,7 @@ feeds the invariant checker, and the load submitter.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -27,6 +28,8 @@ from gpuq.devcluster import Cluster
 from gpuq.logs import get_logger
 
 log = get_logger("gpuq.chaos")
+# The sampler's client retries while the API server is down on purpose: its warnings are noise here.
+logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 LEASE_NAMESPACE = "gpuq-system"
 SAMPLE_EVERY = 0.5

@@ -44,6 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config, in-cluster)"
     )
     run.add_argument("--health-port", type=int, default=0, help="liveness endpoint /healthz (0: off)")
+    run.add_argument(
+        "--admission-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="test hook: wait this long between persisting an admission and creating its pods",
+    )
     le = run.add_argument_group("leader election (a Lease; only the leader schedules and writes)")
     le.add_argument(
         "--leader-elect",
@@ -104,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
         config_namespace=args.config_namespace,
         metrics_port=args.metrics_port,
         health_port=args.health_port,
+        admission_delay=args.admission_delay,
         debounce_seconds=args.debounce,
         kubeconfig=args.kubeconfig,
         leader_elect=args.leader_elect,

@@ -268,7 +268,8 @@ class KubeApi:
         retries: int | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """One API call under the error policy. `fenced=False` only for the lease itself."""
+        """One API call under the error policy. `fenced=False` only for writes about the operator
+        itself (its Lease, its own pod's leader label), never for the cluster it schedules."""
         writes = method != "GET" and fenced
         limit = self.policy.max_retries if retries is None else retries
         attempt = 0

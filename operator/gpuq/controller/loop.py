@@ -22,12 +22,13 @@ from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.metrics import Metrics
 from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
-from gpuq.controller.preemption import Eviction, PreemptionTracker
+from gpuq.controller.preemption import Eviction, PreemptionLog, PreemptionTracker
 from gpuq.controller.quarantine import Quarantine, culprits
 from gpuq.controller.snapshot import SnapshotBuilder, View, with_disrupted_at
 from gpuq.controller.writer import Writer
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import Admit, Decisions, Preempt, Restart
+from gpuq.core.extender import ExtenderView, extender_view
 from gpuq.core.failover import Disruption, failed_nodes, node_disruptions, remember_disruptions
 from gpuq.core.model import Job, Snapshot
 from gpuq.logs import get_logger
@@ -76,10 +77,32 @@ class SchedulingLoop:
         self._disrupted: frozenset[str] = frozenset()
         self._disrupted_at: dict[str, float] = {}  # node -> last time a disruption held it
         self.quarantine = Quarantine()
+        self._extender_inputs: tuple[Snapshot, tuple[Admit, ...]] | None = None
+        self._extender_view: ExtenderView | None = None
+        self.preemption_log = PreemptionLog()
+
+    @property
+    def extender_view(self) -> ExtenderView | None:
+        """What the scheduler extender answers from: the last cycle's snapshot and admissions, built
+        when kube-scheduler first asks after that cycle (a cluster without the extender pays nothing)."""
+        if self._extender_view is None and self._extender_inputs is not None:
+            snapshot, admitting = self._extender_inputs
+            bound = (
+                (p.job, p.node_name) for p in self.cache.pods.values() if p.job and p.node_name and p.live
+            )
+            self._extender_view = extender_view(snapshot, bound, admitting)
+        return self._extender_view
 
     def restore(self) -> None:
-        """A new leadership term: pick up preemptions in progress from the victims' status."""
+        """A new leadership term: pick up preemptions in progress from the victims' status, and each
+        queue's recent preemptions (maxPreemptionsPerHour) from the queues' status."""
         self.tracker.restore(self.cache.jobs.values())
+        self.preemption_log.restore(
+            {
+                name: [t.timestamp() for t in q.status.recent_preemptions]
+                for name, q in self.cache.queues.items()
+            }
+        )
 
     # -- waking ------------------------------------------------------------------------------
     def mark_dirty(self) -> None:
@@ -122,7 +145,7 @@ class SchedulingLoop:
         self.cycles += 1
         evicting = frozenset(e.victim for e in self.tracker.all())
         generations = {k: j.generation for k, j in self.cache.jobs.items()}
-        view = self.builder.build(self.cache, now, self.config, evicting, self.quarantine.active(generations))
+        view = self._view(now, evicting, generations)
         disruptions = node_disruptions(view.snapshot.nodes, now, self.config.failover)
         self._report_disruptions(disruptions)
         self._disrupted_at = remember_disruptions(view.snapshot.nodes, disruptions, now, self._disrupted_at)
@@ -148,6 +171,9 @@ class SchedulingLoop:
         )
         self._apply(decisions, view, now, failed)
         self._publish_queues(decisions, view, now)
+        if self.config.extender_enabled:
+            self._extender_inputs = (view.snapshot, decisions.admit)
+            self._extender_view = None  # built on the extender's first call after this cycle
         grace = self.config.failover.not_ready_grace_seconds
         timers = (
             view.wake_at,
@@ -161,6 +187,16 @@ class SchedulingLoop:
             del self._position_written[key]
         self.metrics.cycle.observe(time.perf_counter() - started)
         return decisions
+
+    def _view(self, now: float, evicting: frozenset[str], generations: dict[str, int]) -> View:
+        return self.builder.build(
+            self.cache,
+            now,
+            self.config,
+            evicting,
+            self.quarantine.active(generations),
+            self.preemption_log.counts(now),
+        )
 
     def _schedule_without_culprits(
         self, view: View, now: float, evicting: frozenset[str], generations: dict[str, int], exc: Exception
@@ -181,7 +217,7 @@ class SchedulingLoop:
             raise exc  # not about one input (a bug or a resource problem): the loop retries
         log.error("jobs kept out of scheduling after an internal error", jobs=bad)
         self.quarantine.add(bad, generations)
-        view = self.builder.build(self.cache, now, self.config, evicting, self.quarantine.active(generations))
+        view = self._view(now, evicting, generations)
         return view, self.schedule(view.snapshot, now, self.config)
 
     def _report_disruptions(self, active: dict[str, Disruption]) -> None:
@@ -256,6 +292,7 @@ class SchedulingLoop:
         ev = self.tracker.start(
             p.victim, p.for_job, p.reason, now, grace, newer(victim.status.last_checkpoint, victim.checkpoint)
         )
+        self.preemption_log.add(victim.spec.queue, now)
         if grace > 0:
             self.writer.submit(p.victim, partial(self._request_checkpoint, victim, ev))
         else:
@@ -427,6 +464,7 @@ class SchedulingLoop:
                 pending_jobs=pending.get(name, 0),
                 admitted_jobs=admitted.get(name, 0),
                 conditions=active,
+                recent_preemptions=[st.when(t) for t in self.preemption_log.times(name, now)],
             )
             key = f"gpuqueue/{name}"
             if patch and key not in self.writer.busy:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,17 @@ import kopf
 from gpuq.api import meta
 from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map, load_config
 from gpuq.controller.cache import ClusterCache
+from gpuq.controller.extender import ExtenderServer
 from gpuq.controller.informer import Informer
-from gpuq.controller.kubeapi import ApiError, ApiPolicy, Credentials, KubeApi, load_credentials
+from gpuq.controller.kubeapi import (
+    MERGE_PATCH,
+    ApiError,
+    ApiPolicy,
+    Credentials,
+    KubeApi,
+    load_credentials,
+    pod_path,
+)
 from gpuq.controller.leader import LeaderElector, LeaseConfig
 from gpuq.controller.loop import ScheduleFn, SchedulingLoop
 from gpuq.controller.metrics import Metrics
@@ -39,6 +49,8 @@ from gpuq.core.config import SchedulerConfig
 from gpuq.logs import get_logger
 
 log = get_logger("gpuq.operator")
+
+LEADER_LABEL = "gpuq.dev/leader"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,7 @@ class OperatorOptions:
     # Graceful stop: in-flight writes may finish this long before the lease is released (whatever is
     # cut short was persisted first and the next leader finishes it; a long drain delays the takeover).
     drain_seconds: float = 1.0
+    admission_delay: float = 0.0  # test hook: seconds between persisting an admission and its pods
 
 
 async def scheduler_config(api: KubeApi, options: OperatorOptions) -> SchedulerConfig:
@@ -94,13 +107,21 @@ class Term:
         metrics: Metrics,
         schedule: ScheduleFn | None,
         debounce: float,
+        admission_delay: float = 0.0,
     ) -> None:
         self.cache = cache
-        self.writer = Writer(api, cache, metrics, on_done=self._wake, clock=api.clock.now)
+        self.writer = Writer(
+            api, cache, metrics, on_done=self._wake, clock=api.clock.now, admission_delay=admission_delay
+        )
         self.loop = SchedulingLoop(
             cache, self.writer, config, metrics, schedule=schedule, clock=api.clock.now, debounce=debounce
         )
         self.task: asyncio.Task[None] | None = None
+        self.extender: ExtenderServer | None = None
+        if config.extender_enabled:
+            self.extender = ExtenderServer(
+                config.extender_bind_address, config.extender_port, lambda: self.loop.extender_view
+            )
 
     def _wake(self) -> None:
         self.loop.mark_dirty()
@@ -113,6 +134,8 @@ class Term:
         self.task = asyncio.create_task(self._run(ready), name="gpuq-scheduling-loop")
 
     async def _run(self, ready: Callable[[], Awaitable[None]]) -> None:
+        if self.extender is not None:
+            await self.extender.start()  # answers 503 ("no opinion") until the first cycle
         await ready()
         self.loop.restore()
         self.loop.synced.set()
@@ -122,6 +145,9 @@ class Term:
         self.cache.on_change = lambda: None
         if self.task is not None:
             self.task.cancel()
+        if self.extender is not None:
+            asyncio.get_running_loop().create_task(self.extender.stop())
+            self.extender = None
 
     def abort(self) -> None:
         """The lease is lost: drop everything at once (persisted intent is finished by the next leader)."""
@@ -206,10 +232,18 @@ class Runtime:
                 log.warning("API server trouble; requests retried", answers=trouble, seconds=every)
 
     def _begin_term(self) -> None:
+        o = self.options
         self.term = Term(
-            self.api, self.cache, self.config, self.metrics, self.schedule, self.options.debounce_seconds
+            self.api,
+            self.cache,
+            self.config,
+            self.metrics,
+            self.schedule,
+            o.debounce_seconds,
+            o.admission_delay,
         )
         self.term.start(self.fresh_lists)
+        self._label_self(True)
         self.metrics.leader.set(1)
         self.metrics.leader_terms.inc()
 
@@ -217,7 +251,26 @@ class Runtime:
         if self.term is not None:
             self.term.abort()
             self.term = None
+            self._label_self(False)
         self.metrics.leader.set(0)
+
+    def _label_self(self, leading: bool) -> None:
+        """In a cluster, label this replica's pod gpuq.dev/leader=true while it leads: Service
+        gpuq-extender selects it, so kube-scheduler reaches the leader's extender."""
+        pod, ns = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+        if not pod or not ns:
+            return
+        body = {"metadata": {"labels": {LEADER_LABEL: "true" if leading else None}}}
+
+        async def patch() -> None:
+            try:  # about this very pod, not the cluster: allowed outside the fence
+                await self.api.request(
+                    "PATCH", pod_path(ns, pod), body, content_type=MERGE_PATCH, fenced=False, retries=3
+                )
+            except ApiError as exc:
+                log.warning("could not label this replica's pod", leading=leading, error=str(exc))
+
+        self._tasks.append(asyncio.get_running_loop().create_task(patch()))
 
     async def stop(self) -> None:
         """Graceful: stop deciding, let writes finish briefly, release the lease, stop watching."""

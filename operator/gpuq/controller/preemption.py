@@ -107,3 +107,29 @@ class PreemptionTracker:
     def next_deadline(self) -> float | None:
         pending = [e.deadline for e in self._by_victim.values() if not e.evicted]
         return min(pending) if pending else None
+
+
+HOUR = 3600.0
+
+
+class PreemptionLog:
+    """When each queue lost a job to preemption in the last hour (GPUQueue status.recentPreemptions):
+    the count is the core's input for the queue's maxPreemptionsPerHour."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, list[float]] = {}
+
+    def restore(self, times: dict[str, list[float]]) -> None:
+        for queue, ts in times.items():
+            self._times[queue] = sorted(set(self._times.get(queue, [])) | set(ts))
+
+    def add(self, queue: str, when: float) -> None:
+        self._times.setdefault(queue, []).append(when)
+
+    def times(self, queue: str, now: float) -> list[float]:
+        recent = [t for t in self._times.get(queue, ()) if now - t < HOUR]
+        self._times[queue] = recent
+        return recent
+
+    def counts(self, now: float) -> dict[str, int]:
+        return {q: n for q in list(self._times) if (n := len(self.times(q, now)))}

@@ -30,6 +30,7 @@ from gpuq.core.model import (
     NodeSelectorRequirement,
     NodeSelectorTerm,
     PreferredTerm,
+    Queue,
     Resources,
     Running,
     Snapshot,
@@ -65,6 +66,13 @@ class View:
     excluded: Mapping[str, Exclusion] = field(default_factory=dict)
     holding: Mapping[str, Holding] = field(default_factory=dict)
     wake_at: float | None = None
+
+
+def with_recent_preemptions(queue: Queue, count: int) -> Queue:
+    """The queue with the victims it lost in the last hour (its maxPreemptionsPerHour budget)."""
+    if count == 0:
+        return queue
+    return replace(queue, preemption=replace(queue.preemption, recent=count))
 
 
 def with_disrupted_at(view: View, memory: Mapping[str, float]) -> View:
@@ -280,14 +288,18 @@ class SnapshotBuilder:
         config: SchedulerConfig,
         evicting: frozenset[str] = frozenset(),
         quarantined: Mapping[str, int] | None = None,
+        recent_preemptions: Mapping[str, int] | None = None,
     ) -> View:
         """`evicting`: victims asked to checkpoint or being deleted (they still hold their nodes).
         `quarantined`: jobs the core failed on (gpuq.controller.quarantine), kept out."""
         topo = config.topology
         excluded: dict[str, Exclusion] = {}
         held: dict[str, Holding] = {}
+        recent = recent_preemptions or {}
         queues = {
-            name: q.spec.to_core(name) for name, q in sorted(cache.queues.items()) if q.spec is not None
+            name: with_recent_preemptions(q.spec.to_core(name), recent.get(name, 0))
+            for name, q in sorted(cache.queues.items())
+            if q.spec is not None
         }
         # Pass 1: which jobs hold placements (they shape node usage and health).
         candidates: list[tuple[JobEntry, TrainingJobSpec, Holding | None]] = []

@@ -63,8 +63,10 @@ class Writer:
         metrics: Metrics,
         on_done: Callable[[], None],
         clock: Callable[[], float] = time.time,
+        admission_delay: float = 0.0,
     ) -> None:
         self.api = api
+        self.admission_delay = admission_delay
         self.cache = cache
         self.metrics = metrics
         self.on_done = on_done
@@ -264,6 +266,8 @@ class Writer:
             return
         job = landed
         created: dict[str, str] = {}
+        if self.admission_delay:
+            await asyncio.sleep(self.admission_delay)  # test hook: widen the decide -> bind window
         try:
             await self._wait_for_previous_pods(job.key, attempt)
             async with self._admissions:

@@ -55,4 +55,8 @@ class SchedulerConfig:
     # bounded when many high-priority jobs arrive at once). Later preemptors retry next cycle.
     max_preemption_searches_per_cycle: int = 16
     gpu_model_label: str = "nvidia.com/gpu.product"
+    # The scheduler extender kube-scheduler calls (gpuq.controller.extender; docs/extender.md): only
+    # the leader listens. 127.0.0.1 as in a scheduler config on the same host; 0.0.0.0 in a cluster.
+    extender_enabled: bool = True
+    extender_bind_address: str = "127.0.0.1"
     extender_port: int = 8888

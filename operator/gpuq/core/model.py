@@ -142,6 +142,15 @@ class Node:
 class PreemptionPolicy:
     within_queue: WithinQueuePreemption = WithinQueuePreemption.LOWER_PRIORITY
     reclaim_within_cohort: ReclaimPreemption = ReclaimPreemption.ANY
+    preemptible: bool = True  # False: the queue's jobs are never victims
+    max_per_hour: int | None = None  # victims this queue may lose in any hour (None: no cap)
+    recent: int = 0  # victims it lost in the last hour (the shell counts them)
+
+    def budget(self) -> int | None:
+        """Victims the queue may still lose now (None: unlimited)."""
+        if not self.preemptible:
+            return 0
+        return None if self.max_per_hour is None else max(0, self.max_per_hour - self.recent)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ Allowed victims of job J in queue q (docs/scheduling.md, "Preemption"):
 - reclaim, if J fits q's nominal quota and q's reclaimWithinCohort is not Never: running jobs of cohort
   peers that borrow (usage above their nominal; a peer stops being a source once it is back at nominal),
   of lower priority than J under LowerPriority, of any priority under Any;
-- never a non-preemptible job, one younger than its minRuntimeSeconds, or one admitted, restarted or
+- never a non-preemptible job, a job of a non-preemptible queue or of a queue that lost its
+  maxPreemptionsPerHour in the last hour (a plan that would exceed a cap is dropped: the job waits),
+  one younger than its minRuntimeSeconds, or one admitted, restarted or
   already chosen as a victim in this cycle. Jobs already being evicted that J could have chosen are free
   victims (cost 0): J waits for them instead of preempting more.
 
@@ -93,8 +95,10 @@ def allowed_victims(
     quota_gpus: int,
     now: float,
     unavailable: set[str],
+    protected: frozenset[str] = frozenset(),
 ) -> list[Victim]:
-    """Victims job may preempt, sorted cheapest first (already-evicting ones first, at cost 0)."""
+    """Victims job may preempt, sorted cheapest first (already-evicting ones first, at cost 0).
+    `protected`: queues whose jobs may not be taken now (non-preemptible, or out of preemptions)."""
     keys: list[tuple[str, bool]] = []
     if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
         keys.extend((k, False) for k in ix.running_by_queue.get(q.name, ()))
@@ -125,7 +129,9 @@ def allowed_victims(
         running = v.running
         assert running is not None
         evicting = key in evicting_set
-        if not evicting and (not v.preemptible or now - running.started_at < v.min_runtime_seconds):
+        if not evicting and (
+            not v.preemptible or v.queue in protected or now - running.started_at < v.min_runtime_seconds
+        ):
             continue
         d = demand[key]
         gpus = len(running.placement) * d.gpus
@@ -151,6 +157,15 @@ def allowed_victims(
             )
         )
     out.sort()
+    return out
+
+
+def victims_per_queue(plan: Plan) -> dict[str, int]:
+    """New victims (not already evicting) of the plan, by queue."""
+    out: dict[str, int] = {}
+    for v in plan.victims:
+        if not v.evicting:
+            out[v.queue] = out.get(v.queue, 0) + 1
     return out
 
 

@@ -154,6 +154,10 @@ class _Cycle:
         self.restarts: list[Restart] = []
         self.pending: dict[str, tuple[str, str, tuple[str, ...]]] = {}
         self.unavailable: set[str] = set()  # running jobs whose resources this cycle already released
+        # Victims each capped (or non-preemptible) queue may still lose this cycle.
+        self.budgets: dict[str, int] = {
+            q.name: left for q in snapshot.queues if (left := q.preemption.budget()) is not None
+        }
         self.reason_memo: dict[Hashable, tuple[str, str]] = {}
         self.preempt_fail: dict[Hashable, int] = {}
         self.admitted = 0
@@ -552,11 +556,20 @@ class _Cycle:
             self.deferred.add(job.key)
             return _Outcome.FAILED
         self.searches += 1
-        cands = preemption.allowed_victims(self.ix, book, job, q, quota_gpus, self.now, self.unavailable)
+        protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
+        cands = preemption.allowed_victims(
+            self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected
+        )
         plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
         if plan is None:
             self.preempt_fail[memo_key] = st.gives
             return _Outcome.FAILED
+        taken = preemption.victims_per_queue(plan)
+        if any(n > self.budgets[name] for name, n in taken.items() if name in self.budgets):
+            return _Outcome.FAILED  # it would exceed a queue's preemptions per hour: wait instead
+        for name, n in taken.items():
+            if name in self.budgets:
+                self.budgets[name] -= n
         models = self._models_of(plan.placement, d)
         preemption.commit(st, book, plan, d, q, quota_gpus, models)
         for v in plan.victims:

@@ -61,6 +61,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             apiserver_port=args.apiserver_port,
             timeout=args.timeout,
             progress=lambda m: _note(f"  {m}"),
+            extender_url=args.scheduler_extender,
         )
     except AlreadyRunning:
         cluster = Cluster.attach(args.name)
@@ -163,6 +164,13 @@ def register(subparsers: Any) -> None:
     )
     up.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for readiness (default 120)"
+    )
+    up.add_argument(
+        "--scheduler-extender",
+        nargs="?",
+        const="http://127.0.0.1:8888",
+        metavar="URL",
+        help="kube-scheduler calls gpuq's extender (default URL http://127.0.0.1:8888; docs/extender.md)",
     )
 
     down = add("down", cmd_down, "stop a cluster and delete its state")

@@ -178,8 +178,11 @@ class Cluster:
         tie_to_process: bool = False,
         progress: Progress | None = None,
         timeout: float = 120.0,
+        extender_url: str | None = None,
     ) -> Cluster:
         """Start a cluster and return once every fake node is Ready and schedulable.
+
+        extender_url: kube-scheduler calls gpuq's scheduler extender there (gpuq.schedconfig).
 
         tie_to_process: the processes die with the calling process (and thread), even on SIGKILL
         (Linux); used by test sessions. Without it the cluster outlives the caller until `down`.
@@ -213,7 +216,7 @@ class Cluster:
                     },
                 )
                 try:
-                    cluster._start(bin_dir, ports, timing, tie_to_process, say, timeout)
+                    cluster._start(bin_dir, ports, timing, tie_to_process, say, timeout, extender_url)
                     return cluster
                 except PortClash:
                     if apiserver_port is not None or attempt == _PORT_ATTEMPTS:
@@ -238,7 +241,14 @@ class Cluster:
         shutil.rmtree(paths.root, ignore_errors=True)
 
     def _start(
-        self, bin_dir: Path, ports: comp.Ports, timing: comp.Timing, tie: bool, say: Progress, timeout: float
+        self,
+        bin_dir: Path,
+        ports: comp.Ports,
+        timing: comp.Timing,
+        tie: bool,
+        say: Progress,
+        timeout: float,
+        extender_url: str | None = None,
     ) -> None:
         t0 = time.monotonic()
         deadline = t0 + timeout
@@ -261,7 +271,7 @@ class Cluster:
         for component in comp.IDENTITIES:
             target = paths.kubeconfig if component == "admin" else paths.component_kubeconfig(component)
             write_kubeconfig(target, self.server, pki.ca.cert, pki.client(component), f"gpuq-{self.name}")
-        comp.write_configs(paths, timing)
+        comp.write_configs(paths, timing, extender_url)
         mark("certs")
 
         env = dict(os.environ)
@@ -459,6 +469,17 @@ class Cluster:
             time.monotonic() + timeout,
             log_of=component,
         )
+
+    def use_scheduler_extender(self, extender_url: str | None) -> None:
+        """Restart kube-scheduler calling gpuq's extender at extender_url (None: its defaults again)."""
+        comp.write_scheduler_config(self.paths, extender_url)
+        self.restart_component("kube-scheduler")
+        port = self.state["ports"]["scheduler"]
+        self._await("kube-scheduler", lambda: _https_ok(port, "/readyz"), time.monotonic() + 60)
+
+    @property
+    def scheduler_config_path(self) -> Path:
+        return self.paths.config / "kube-scheduler.yaml"
 
     def pause_component(self, component: str) -> None:
         """SIGSTOP: the process freezes mid-flight (connections stay open, nothing answers)."""

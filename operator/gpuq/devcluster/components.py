@@ -120,7 +120,12 @@ def controller_manager_argv(
     ]
 
 
-def scheduler_config(paths: ClusterPaths) -> dict[str, Any]:
+def scheduler_config(paths: ClusterPaths, extender_url: str | None = None) -> dict[str, Any]:
+    """kube-scheduler's defaults, or with extender_url gpuq's recommended configuration (the seed's
+    scores and gpuq's extender at that URL: gpuq.schedconfig)."""
+    from gpuq.schedconfig import scheduler_configuration
+
+    base = scheduler_configuration(extender_url) if extender_url else {}
     return {
         "apiVersion": "kubescheduler.config.k8s.io/v1",
         "kind": "KubeSchedulerConfiguration",
@@ -130,7 +135,14 @@ def scheduler_config(paths: ClusterPaths) -> dict[str, Any]:
             "burst": 400,
         },
         "leaderElection": {"leaderElect": False},
+        **{k: v for k, v in base.items() if k in ("profiles", "extenders")},
     }
+
+
+def write_scheduler_config(paths: ClusterPaths, extender_url: str | None = None) -> Path:
+    path = paths.config / "kube-scheduler.yaml"
+    path.write_text(yaml.safe_dump(scheduler_config(paths, extender_url), sort_keys=False))
+    return path
 
 
 def scheduler_argv(bin_dir: Path, paths: ClusterPaths, ports: Ports) -> list[str]:
@@ -153,9 +165,7 @@ def kwok_argv(bin_dir: Path, paths: ClusterPaths) -> list[str]:
     ]
 
 
-def write_configs(paths: ClusterPaths, timing: Timing) -> None:
+def write_configs(paths: ClusterPaths, timing: Timing, extender_url: str | None = None) -> None:
     paths.config.mkdir(parents=True, exist_ok=True)
-    (paths.config / "kube-scheduler.yaml").write_text(
-        yaml.safe_dump(scheduler_config(paths), sort_keys=False)
-    )
+    write_scheduler_config(paths, extender_url)
     (paths.config / "kwok.yaml").write_text(kwok_config(timing.node_lease_seconds))

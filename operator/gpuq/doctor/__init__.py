@@ -1,0 +1,1 @@
+"""`gpuq doctor`: the seed article's health check, validating scheduler integration and resources."""
