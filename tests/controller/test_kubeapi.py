@@ -112,6 +112,24 @@ async def test_a_write_that_waited_for_a_connection_checks_the_fence_again(
     assert fake.requests("POST", PATH) == []
 
 
+async def test_the_lease_never_queues_behind_writes_and_refused_writes_take_no_token(
+    fake: FakeApi, server: TestServer
+) -> None:
+    """A renewal stuck behind a backlog of writes in the rate limiter lets the fence close while
+    the backlog waits for it to open again: a livelock bench/chaos.py found after API server restarts."""
+    fake.on("PUT", PATH, Reply(200, {}))
+    async with client(server, qps=1.0, burst=1) as api:
+        api.limiter.reserve()
+        api.limiter.reserve()  # in debt: the next limited request would wait about a second
+        tokens = api.limiter._tokens
+        api.fence = lambda: False
+        with pytest.raises(NotLeader):
+            await api.create(PATH, {})
+        assert api.limiter._tokens == tokens  # refused before queueing
+        await api.request("PUT", PATH, {}, fenced=False, limited=False)
+        assert api.limiter.waited == 0.0
+
+
 async def test_preconditions_are_sent(fake: FakeApi, server: TestServer) -> None:
     fake.on("PATCH", f"{PATH}/p/status", Reply(200, {}))
     fake.on("DELETE", f"{PATH}/p", Reply(200, {}))

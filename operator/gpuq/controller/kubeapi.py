@@ -267,15 +267,21 @@ class KubeApi:
         fenced: bool = True,
         retries: int | None = None,
         timeout: float | None = None,
+        limited: bool = True,
     ) -> dict[str, Any]:
         """One API call under the error policy. `fenced=False` only for writes about the operator
-        itself (its Lease, its own pod's leader label), never for the cluster it schedules."""
+        itself (its Lease, its own pod's leader label), never for the cluster it schedules.
+        `limited=False` (the Lease only) skips the rate limiter: a renewal must never wait behind a
+        backlog of writes, or the fence closes while the backlog waits for it."""
         writes = method != "GET" and fenced
         limit = self.policy.max_retries if retries is None else retries
         attempt = 0
         while True:
-            await self.limiter.acquire()
-            # Checked after every wait (the rate limiter's too): the request goes out right after.
+            if writes and not self.may_write():  # before queueing: a refused write takes no token
+                raise NotLeader(f"{method} {path}: not the leader")
+            if limited:
+                await self.limiter.acquire()
+            # Again after every wait (the rate limiter's too): the request goes out right after.
             if writes and not self.may_write():
                 raise NotLeader(f"{method} {path}: not the leader")
             try:

@@ -193,7 +193,9 @@ class LeaderElector:
     async def _refresh(self) -> None:
         try:
             self._observe(
-                await self.api.request("GET", self._lease_path(), retries=0, timeout=self.cfg.retry_period)
+                await self.api.request(
+                    "GET", self._lease_path(), retries=0, timeout=self.cfg.retry_period, limited=False
+                )
             )
         except ApiError as exc:
             if exc.not_found:
@@ -228,15 +230,13 @@ class LeaderElector:
     async def _write(self, body: dict[str, Any], create: bool, timeout: float) -> bool:
         """One compare-and-swap of the lease; True when it went through."""
         sent = self.mono()
+        method, path = ("POST", self.path) if create else ("PUT", self._lease_path())
+        call = self.api.request(method, path, body, fenced=False, retries=0, timeout=timeout, limited=False)
         try:
-            if create:
-                answer = await self.api.request(
-                    "POST", self.path, body, fenced=False, retries=0, timeout=timeout
-                )
-            else:
-                answer = await self.api.replace(
-                    self._lease_path(), body, fenced=False, retries=0, timeout=timeout
-                )
+            answer = await asyncio.wait_for(call, timeout)  # bounded in all, connection wait included
+        except TimeoutError:
+            log.info("lease write timed out", seconds=round(timeout, 2))
+            return False
         except ApiError as exc:
             if exc.not_found and create:
                 log.error(
@@ -307,7 +307,9 @@ class LeaderElector:
             return
         body = self._body("", 1, r.acquire_time, r.transitions, r.resource_version)
         try:
-            await self.api.replace(self._lease_path(), body, fenced=False, retries=1, timeout=2.0)
+            await self.api.request(
+                "PUT", self._lease_path(), body, fenced=False, retries=1, timeout=2.0, limited=False
+            )
             log.info("released leadership", identity=self.identity)
         except ApiError as exc:
             log.warning("lease not released; it expires by itself", error=str(exc))
