@@ -13,7 +13,8 @@ the offending path, so a typo never silently falls back to a default.
     weights: {node: 1, rack: 4, block: 16, zone: 64}
     failover: {notReadyGraceSeconds: 10, backoffBaseSeconds: 5, backoffMaxSeconds: 300,
                nodeFlapWindowSeconds: 600, nodeFlapThreshold: 3,
-               disruptionFraction: 0.3, disruptionMinNodes: 3, disruptionMaxSeconds: 300}
+               disruptionFraction: 0.3, disruptionMinNodes: 3, disruptionMaxSeconds: 300,
+               disruptionSettleSeconds: 15}
     starvationSeconds: 300
     maxAdmissionsPerCycle: 10000
     maxPreemptionSearchesPerCycle: 16
@@ -90,6 +91,7 @@ class _Failover(_Strict):
     disruption_fraction: float = Field(default=_DEFAULT.failover.disruption_fraction, ge=0, le=1)
     disruption_min_nodes: int = Field(default=_DEFAULT.failover.disruption_min_nodes, ge=1)
     disruption_max_seconds: float = Field(default=_DEFAULT.failover.disruption_max_seconds, ge=0)
+    disruption_settle_seconds: float = Field(default=_DEFAULT.failover.disruption_settle_seconds, ge=0)
 
 
 class _Config(_Strict):

@@ -98,3 +98,40 @@ def test_the_shell_remembers_held_nodes_until_they_are_ready() -> None:
     two = not_ready({NODES[0].name, NODES[1].name})
     later = remember_disruptions(two, node_disruptions(two, NOW + 5, CFG.failover), NOW + 5, memory)
     assert later == {NODES[0].name: NOW, NODES[1].name: NOW}
+
+
+def test_a_burst_still_forming_holds_failover_until_it_stops_growing() -> None:
+    """Heartbeats lost together turn NotReady over a spread that can exceed the grace period: three
+    of twelve NotReady (below the share) wait until no node turned NotReady for the settle time."""
+    cfg = CFG.failover
+    down = [n.name for n in NODES[:3]]
+    first, last = NOW - GRACE - 5, NOW - cfg.disruption_settle_seconds + 3
+    nodes = [
+        replace(n, not_ready_since=first if n.name != down[-1] else last) if n.name in down else n
+        for n in NODES
+    ]
+    gangs = gangs_on(down[:2])  # on the two that are past their grace period
+    assert run(snap(nodes, [queue()], gangs)).restart == ()
+    forming = node_disruptions(nodes, NOW, cfg)[WHOLE_CLUSTER]
+    assert not forming.confirmed and forming.until == last + cfg.disruption_settle_seconds
+    settled = [replace(n, not_ready_since=n.not_ready_since - 4) if n.not_ready_since else n for n in nodes]
+    restarted = sorted(r.job for r in run(snap(settled, [queue()], gangs)).restart)
+    assert restarted == sorted(f"ns/{n}" for n in down[:2])
+
+
+def test_a_forming_burst_is_not_remembered_as_a_disruption() -> None:
+    """Nodes a forming burst held have had their grace period: once it settles below the share they
+    fail over at once instead of waiting a second grace period."""
+    from gpuq.core.failover import remember_disruptions
+
+    three = not_ready({n.name for n in NODES[:3]}, since=NOW - 1)
+    active = node_disruptions(three, NOW, CFG.failover)
+    assert active and not active[WHOLE_CLUSTER].confirmed
+    assert remember_disruptions(three, active, NOW, {}) == {}
+
+
+def test_a_trickle_of_failures_is_not_held_longer_than_a_disruption() -> None:
+    cfg = FailoverConfig(disruption_fraction=0.5, disruption_min_nodes=3, disruption_max_seconds=60)
+    times = [(None, 10.0 * k) for k in range(8)]  # one more every 10 s (below 15): never settles
+    assert disruptions(times, {WHOLE_CLUSTER: 20}, 75.0, cfg)[WHOLE_CLUSTER].until == 20.0 + 60
+    assert disruptions(times, {WHOLE_CLUSTER: 20}, 80.0, cfg) == {}

@@ -101,10 +101,24 @@ def nodes_not_ready(run: ChaosRun, fraction: float, seconds: float, seed: int = 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not all(not run.cluster.node_ready(n) for n in down):
         time.sleep(0.5)
+    spread = _not_ready_spread(run, set(down))
     time.sleep(seconds)
     during = run.restarts() - before
     _each(run.cluster.recover_node, down)
-    return {"nodes": len(down), "of": len(names), "restarts_during": during}
+    return {"nodes": len(down), "of": len(names), "restarts_during": during, "not_ready_spread_s": spread}
+
+
+def _not_ready_spread(run: ChaosRun, names: set[str]) -> float:
+    """Seconds between the first and the last NotReady transition of these nodes: how far apart
+    nodes that lost their heartbeat together turned NotReady (gpuq waits for such a burst to settle)."""
+    times = [
+        c.last_transition_time.timestamp()
+        for n in run.core.list_node().items
+        if n.metadata.name in names
+        for c in (n.status.conditions or [])
+        if c.type == "Ready" and c.status != "True"
+    ]
+    return round(max(times) - min(times), 1) if times else 0.0
 
 
 def _each(fn: Any, items: list[str]) -> None:

@@ -74,7 +74,7 @@ class SchedulingLoop:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._position_written: dict[str, float] = {}
-        self._disrupted: frozenset[str] = frozenset()
+        self._disrupted: frozenset[tuple[str, bool]] = frozenset()
         self._disrupted_at: dict[str, float] = {}  # node -> last time a disruption held it
         self.quarantine = Quarantine()
         self._extender_inputs: tuple[Snapshot, tuple[Admit, ...]] | None = None
@@ -221,22 +221,28 @@ class SchedulingLoop:
         return view, self.schedule(view.snapshot, now, self.config)
 
     def _report_disruptions(self, active: dict[str, Disruption]) -> None:
-        scopes = frozenset(active)
+        scopes = frozenset((d.scope, d.confirmed) for d in active.values())
         if scopes == self._disrupted:
             return
         for d in active.values():
-            if d.scope not in self._disrupted:
-                log.warning(
-                    "many nodes NotReady at once: holding failover (control-plane or network disruption?)",
-                    scope="cluster" if d.scope.startswith("\0") else d.scope,
-                    not_ready=d.not_ready,
-                    nodes=d.nodes,
-                    resumes_in=round(d.until - self.clock(), 1),
-                )
+            if (d.scope, d.confirmed) in self._disrupted:
+                continue
+            event = (
+                "many nodes NotReady at once: holding failover (control-plane or network disruption?)"
+                if d.confirmed
+                else "several nodes NotReady together: waiting for the burst to settle before failing over"
+            )
+            log.warning(
+                event,
+                scope="cluster" if d.scope.startswith("\0") else d.scope,
+                not_ready=d.not_ready,
+                nodes=d.nodes,
+                resumes_in=round(d.until - self.clock(), 1),
+            )
         if not active and self._disrupted:
             log.info("disruption over: NotReady nodes fail over again after their grace period")
         self._disrupted = scopes
-        self.metrics.disruption.set(1 if active else 0)
+        self.metrics.disruption.set(1 if any(d.confirmed for d in active.values()) else 0)
 
     def _advance_lifecycles(self, now: float, failed: frozenset[str]) -> None:
         for key, job in list(self.cache.jobs.items()):

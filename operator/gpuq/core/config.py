@@ -39,6 +39,10 @@ class FailoverConfig:
     disruption_fraction: float = 0.3
     disruption_min_nodes: int = 3
     disruption_max_seconds: float = 300.0
+    # At least disruption_min_nodes NotReady but below the share: wait until no node turned NotReady
+    # for this long before failing any of them over (the spread of a simultaneous heartbeat loss:
+    # node lease renewal 10 s + node-monitor-period 5 s with Kubernetes' defaults).
+    disruption_settle_seconds: float = 15.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,13 @@ disruption held gets a whole grace period after it (Node.disrupted_at, remembere
 when a disruption dissolves node by node, the nodes still on their way back are not failed over the
 moment the NotReady share drops below the threshold.
 
+Nodes that lose their heartbeat together do not turn NotReady together: the transitions spread over
+the node lease renewal interval plus the node-monitor-period (15 s with Kubernetes' defaults, more
+while the control plane catches up), which can be longer than the grace period. So when at least
+`disruption_min_nodes` of a scope are NotReady but fewer than the share, their failover waits until
+no new NotReady transition came for `disruption_settle_seconds` (a forming disruption, unconfirmed),
+then the share decides. One or two nodes failing alone fail over after the grace period as before.
+
 Flap damping: a node whose Ready condition left True `node_flap_threshold` times within
 `node_flap_window_seconds` receives no new work until the oldest of those transitions leaves the
 window (see flap_damped_until); what runs there keeps running unless the node fails for real.
@@ -45,13 +52,15 @@ NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.i
 @dataclass(frozen=True, slots=True)
 class Disruption:
     """Many nodes NotReady at once in `scope` (WHOLE_CLUSTER or a zone): until `until`, NotReady
-    alone fails no gang there."""
+    alone fails no gang there. `confirmed` False: a burst still forming (at least
+    disruption_min_nodes NotReady, below the share): held until it stops growing, then judged."""
 
     scope: str
     not_ready: int
     nodes: int
     since: float  # when the threshold was crossed (the NotReady transition that crossed it)
     until: float
+    confirmed: bool = True
 
 
 def disruptions(
@@ -67,13 +76,21 @@ def disruptions(
     out = {}
     for scope, ts in times.items():
         size = sizes.get(scope, 0)
-        need = max(cfg.disruption_min_nodes, math.ceil(cfg.disruption_fraction * size))
-        if size == 0 or cfg.disruption_fraction <= 0 or len(ts) < need:
+        if size == 0 or cfg.disruption_fraction <= 0 or len(ts) < cfg.disruption_min_nodes:
             continue
-        since = sorted(ts)[need - 1]
-        until = since + cfg.disruption_max_seconds
+        ts.sort()
+        need = max(cfg.disruption_min_nodes, math.ceil(cfg.disruption_fraction * size))
+        if len(ts) >= need:
+            since, until, confirmed = ts[need - 1], ts[need - 1] + cfg.disruption_max_seconds, True
+        else:
+            # Nodes that lost their heartbeat together turn NotReady over a spread (lease renewal
+            # interval + node-monitor-period, more when the control plane lags): wait until the
+            # burst stops growing before failing any of it, never longer than a disruption lasts.
+            since = ts[cfg.disruption_min_nodes - 1]
+            until = min(ts[-1] + cfg.disruption_settle_seconds, since + cfg.disruption_max_seconds)
+            confirmed = False
         if now < until:
-            out[scope] = Disruption(scope, len(ts), size, since, until)
+            out[scope] = Disruption(scope, len(ts), size, since, until, confirmed)
     return out
 
 
@@ -102,7 +119,7 @@ def remember_disruptions(
     for nd in nodes:
         if nd.not_ready_since is None:
             continue
-        if active and held(nd, active):
+        if held(nd, {k: d for k, d in active.items() if d.confirmed}):
             out[nd.name] = now
         elif nd.name in memory:
             out[nd.name] = memory[nd.name]
