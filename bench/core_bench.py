@@ -194,11 +194,21 @@ def jobs_by(jobs: tuple[Job, ...]) -> dict[str, Job]:
     return _JOBS_BY[key]
 
 
-def bench_incremental(n_nodes: int, iterations: int, seed: int, baseline_runs: int) -> dict[str, float]:
-    """Cluster 90% full; each cycle one job arrives, gpuq admits it, one running job finishes."""
+def unfittable(queue: str) -> Job:
+    """A high-priority gang no node could hold even empty: 8 GPUs with more CPU than any node has."""
+    return Job("bench/unfittable", queue, 9, 0.0, WorkerSpec(1, 8, 200_000, 64 * GI), TopologyRequest())
+
+
+def bench_incremental(
+    n_nodes: int, iterations: int, seed: int, baseline_runs: int, stuck: bool = False
+) -> dict[str, float]:
+    """Cluster 90% full; each cycle one job arrives, gpuq admits it, one running job finishes.
+    stuck: a job that can never fit waits at the head of a queue all along."""
     work = Workload(seed)
     filled = fill(n_nodes, 0.90, work)
     nodes, queues, jobs = filled.nodes, filled.queues, filled.jobs
+    if stuck:
+        jobs["bench/unfittable"] = unfittable(queues[0].name)
     cfg = SchedulerConfig()
     node_tuple = tuple(nodes)
     s = Snapshot(TOPOLOGY, node_tuple, queues, tuple(jobs.values()))
@@ -340,6 +350,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{ms(i['snapshot_p50']).strip()}; index peak memory {i['index_peak_mb']:.1f} MB\n"
             f"  baseline without a kept index (rebuilt each cycle): {ms(i['fresh']).strip()} "
             f"-> kept index is {i['fresh'] / i['p50']:.0f}x faster at p50"
+        )
+        u = bench_incremental(n, args.incremental, args.seed, baseline_runs=1, stuck=True)
+        print(
+            f"incremental cycle with a never-fitting gang at a queue's head (8 GPUs, 200 CPUs): "
+            f"p50 {ms(u['p50']).strip()}, p99 {ms(u['p99']).strip()} -> x{u['p50'] / i['p50']:.2f} "
+            f"of the same cycles without it at p50, x{u['p99'] / i['p99']:.2f} at p99"
         )
         for label, p in bench_preemption(n, args.preempt_trials, args.seed).items():
             print(

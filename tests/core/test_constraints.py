@@ -185,7 +185,10 @@ def test_cpu_memory_and_extended_resources_must_fit() -> None:
     rdma2 = replace(job("ns/rdma2", gpus=1, created=902), workers=WorkerSpec(1, 1, extra={"rdma/hca": 1}))
     d = run(snap([n], [queue()], [cpu_heavy, rdma, rdma2]))
     assert set(admitted(d)) == {"ns/rdma"}
-    assert pending(d)["ns/cpu"] == "needs 2x1 GPUs; not enough CPU on eligible nodes with free GPUs"
+    assert pending(d)["ns/cpu"] == (  # 2 x 6000m on a 10000m node: not even when it is empty
+        "needs 2x1 GPUs (1 GPU, 6000m CPU per worker); more than the cluster holds even when empty: "
+        "its 1 eligible node holds 1 such worker at most (short of CPU)"
+    )
 
 
 def test_model_quota_caps_gpus_of_that_model() -> None:

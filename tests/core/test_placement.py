@@ -79,8 +79,9 @@ def test_admission_considers_placement_not_quota_alone() -> None:
 def test_gang_is_all_or_nothing() -> None:
     nodes = cluster(racks=1, nodes_per_rack=2)
     d = run(snap(nodes, [queue()], [job("ns/a", replicas=3, gpus=8)]))
-    assert d.admit == () and pending(d)["ns/a"].startswith(
-        "needs 3x8 GPUs; eligible nodes have 16 GPUs in total"
+    assert d.admit == () and pending(d)["ns/a"] == (
+        "needs 3x8 GPUs; more than the cluster holds even when empty: "
+        "its 2 eligible nodes hold 2 such workers at most (short of GPU)"
     )
 
 

@@ -214,3 +214,23 @@ def test_a_job_that_can_never_fit_ends_the_run_unfinished() -> None:
     r = run([TraceJob("a", 0, 10, 1, "q"), TraceJob("huge", 0, 10, 64, "q")], "gang-binpack")
     assert (r["finished"], r["unfinished"]) == (1, 1)
     assert not math.isnan(r["jct"]["avg"])
+
+
+def test_a_job_that_can_never_fit_costs_no_search_while_the_rest_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It is set aside (Unschedulable) every cycle without a placement or preemption attempt, and the
+    jobs arriving after it run as if it were not there."""
+    from gpuq.core import scheduler
+
+    tried: list[str] = []
+    real = scheduler._Cycle._try
+
+    def spy(self: Any, job: Any, q: Any, is_head: bool) -> Any:
+        tried.append(job.key)
+        return real(self, job, q, is_head)
+
+    monkeypatch.setattr(scheduler._Cycle, "_try", spy)
+    jobs = [TraceJob("huge", 0, 10, 64, "q")] + [TraceJob(f"j{i}", 20 * i, 20, 8, "q") for i in range(40)]
+    r = run(jobs, "gpuq")
+    assert (r["finished"], r["unfinished"]) == (40, 1)
+    assert "huge" not in tried and len(set(tried)) == 40
+    assert r["queueing_delay"]["p99"] == 0.0  # one 8-GPU job at a time on 16 GPUs: none waits

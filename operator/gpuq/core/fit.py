@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuq.core.model import Resources, WorkerSpec
@@ -52,7 +53,7 @@ def extra_of(r: Resources) -> Extra:
 
 
 def slots_on(
-    free_gpu: int, free_cpu: int, free_mem: int, free_extra: dict[str, int] | None, d: Demand
+    free_gpu: int, free_cpu: int, free_mem: int, free_extra: Mapping[str, int] | None, d: Demand
 ) -> int:
     """Workers of demand `d` that fit into the given free resources (0 if any resource is short)."""
     s = UNBOUNDED

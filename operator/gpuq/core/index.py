@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpuq.core.config import SchedulerConfig
@@ -25,7 +25,7 @@ from gpuq.core.constraints import (
     taint_text,
     untolerated,
 )
-from gpuq.core.fit import Demand, Extra, extra_of
+from gpuq.core.fit import Demand, Extra, extra_of, slots_on
 from gpuq.core.model import Job, Node, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
 from gpuq.core.topology import DomainTree, scope_sizes
@@ -74,6 +74,16 @@ class Eligibility:
     # Untolerated NoSchedule/NoExecute taints ("key=value:Effect") of the nodes the taints filter rejected,
     # with how many of those nodes carry each: what a pending reason names.
     taints: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityShort:
+    """A gang its eligible nodes could not hold even empty: how many workers they hold at most, and
+    the resources that alone fall short (empty when only their combination does)."""
+
+    eligible: int
+    held: int
+    lacking: tuple[str, ...]
 
 
 def _add_extra(target: dict[str, int] | None, extra: Extra, sign: int) -> dict[str, int] | None:
@@ -144,6 +154,9 @@ class ClusterIndex:
         self.suspects: set[int] = set()  # nodes that may fail gangs: health, NotReady, NoExecute, bad GPUs
         self.static_version = 0
         self.eligibility_cache: dict[Hashable, Eligibility] = {}
+        # (constraints, demand, replicas) -> (static_version, why the gang cannot fit even an empty
+        # cluster, or None): a job that can never fit costs O(1) per cycle until nodes change.
+        self.capacity_cache: dict[Hashable, tuple[int, CapacityShort | None]] = {}
         for i, nd in enumerate(nodes):
             self._load_static(i, nd)
         self.width = max([*self.cap_gpu, 1]) + 1
@@ -460,6 +473,40 @@ class ClusterIndex:
         )
 
     # ---- queries --------------------------------------------------------------------------------
+
+    def never_fits(self, job: Job, d: Demand) -> CapacityShort | None:
+        """Whether the gang could not fit even if nothing ran anywhere: its eligible nodes' allocatable
+        resources hold fewer than its replicas. Checked against capacity, so it stays true until nodes
+        change (cached per static_version); usually O(replicas) nodes are read."""
+        R = job.workers.replicas
+        key = (constraints_key(job.constraints), d, R)
+        hit = self.capacity_cache.get(key)
+        if hit is not None and hit[0] == self.static_version:
+            return hit[1]
+        el = self.eligibility(job)
+        short: CapacityShort | None = None
+        if el.nodes and self._capacity_slots(el.nodes, d, R) < R:
+            alone = {"GPU": Demand(d.gpus, 0, 0), "CPU": Demand(0, d.cpu, 0), "memory": Demand(0, 0, d.mem)}
+            alone.update({name: Demand(0, 0, 0, ((name, v),)) for name, v in d.extra})
+            nothing = Demand(0, 0, 0)
+            lacking = tuple(
+                r for r, one in alone.items() if one != nothing and self._capacity_slots(el.nodes, one, R) < R
+            )
+            short = CapacityShort(len(el.nodes), self._capacity_slots(el.nodes, d, R), lacking)
+        if len(self.capacity_cache) > 1024:
+            self.capacity_cache.clear()
+        self.capacity_cache[key] = (self.static_version, short)
+        return short
+
+    def _capacity_slots(self, nodes: Sequence[int], d: Demand, enough: int) -> int:
+        """Workers of `d` these nodes' allocatable resources hold, empty (counting stops at `enough`)."""
+        total = 0
+        for i in nodes:
+            extra = self.nodes[i].allocatable.extra
+            total += slots_on(self.cap_gpu[i], self.cap_cpu[i], self.cap_mem[i], extra, d)
+            if total >= enough:
+                break
+        return total
 
     def eligibility(self, job: Job) -> Eligibility:
         """Schedulable nodes passing the job's hard filters (cached per constraint signature)."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gpuq.core.constraints import F_MODELS, F_SELECTOR, F_TAINTS, FILTERS, describe, selector_text
 from gpuq.core.decisions import PendingCode
 from gpuq.core.fit import Demand
-from gpuq.core.index import Eligibility
+from gpuq.core.index import CapacityShort, Eligibility
 from gpuq.core.model import Job
 from gpuq.core.pools import Pool
 from gpuq.core.state import CycleState
@@ -18,6 +18,17 @@ from gpuq.core.state import CycleState
 
 def shape(replicas: int, d: Demand) -> str:
     return f"{replicas}x{d.gpus} GPUs" if d.gpus else f"{replicas} workers ({d.describe()})"
+
+
+def capacity_reason(replicas: int, d: Demand, short: CapacityShort) -> str:
+    """The gang needs more than its eligible nodes hold even when nothing else runs."""
+    each = f" ({d.describe()} per worker)" if d.cpu or d.mem or d.extra else ""
+    why = f"short of {' and '.join(short.lacking)}" if short.lacking else "no node has all of it at once"
+    nodes = f"{short.eligible} eligible node{'s hold' if short.eligible != 1 else ' holds'}"
+    return (
+        f"needs {shape(replicas, d)}{each}; more than the cluster holds even when empty: its {nodes} "
+        f"{short.held} such worker{'s' if short.held != 1 else ''} at most ({why})"
+    )
 
 
 def unschedulable_reason(job: Job, el: Eligibility) -> str:
