@@ -64,3 +64,19 @@ def test_rollback_returns_the_job_to_the_queue() -> None:
     )
     patch = rollback_status(entry, "binding refused", T0)
     assert patch["phase"] == "Queued" and patch["placement"] == [] and "binding refused" in patch["message"]
+
+
+def test_a_refresh_of_numbers_is_cosmetic_a_new_reason_code_is_not() -> None:
+    from gpuq.controller.intents import cosmetic
+
+    fresh = Pending("team-a/a", "best rack has 8 free", 3, code="Placement")
+    first = pending_status(parse_job(job("a")), fresh, T0)
+    assert not cosmetic(parse_job(job("a")), first)  # the first status: phase, conditions, position
+    queued = parse_job(job("a", status={"phase": "Queued", **first}))
+    numbers = pending_status(queued, Pending("team-a/a", "best rack has 4 free", 2, code="Placement"), T0 + 5)
+    assert set(numbers) == {"queuePosition", "message", "conditions"} and cosmetic(queued, numbers)
+    code = pending_status(queued, Pending("team-a/a", "queue at quota 8/8", 2, code="Quota"), T0 + 5)
+    assert not cosmetic(queued, code)
+    admitted = admit_status(queued, Admit("team-a/a", ("n1",), 0.0), T0 + 5)
+    assert not cosmetic(queued, admitted)
+    assert not cosmetic(queued, {})

@@ -66,6 +66,21 @@ def pending_status(job: JobEntry, pending: Pending, now: float) -> dict[str, Any
     )
 
 
+def cosmetic(job: JobEntry, patch: dict[str, Any]) -> bool:
+    """A status patch that only refreshes numbers (queue position, the message's live figures): the
+    phase, every condition's status and reason (the code tools and alerts use), and whether the job
+    has a position all stay as they are. Such writes are rate-limited; a change of meaning is not."""
+    if not patch or set(patch) - {"queuePosition", "message", "conditions"}:
+        return False
+    if "queuePosition" in patch and (patch["queuePosition"] is None) != (job.status.queue_position is None):
+        return False
+    if "conditions" in patch:
+        old = {(c.type, str(c.status.value), c.reason) for c in job.status.conditions}
+        new = {(c["type"], c["status"], c.get("reason")) for c in patch["conditions"]}
+        return old == new
+    return True
+
+
 def blocked_status(job: JobEntry, why: Exclusion, now: float) -> tuple[dict[str, Any], tuple[st.Event, ...]]:
     s = job.status
     old = st.condition(s.conditions, st.BLOCKED)

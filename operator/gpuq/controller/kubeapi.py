@@ -98,15 +98,28 @@ class TokenBucket:
         self._at = mono()
         self.waited = 0.0  # seconds spent waiting, in all
 
+    def _refill(self) -> None:
+        now = self.mono()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
+        self._at = now
+
     def reserve(self) -> float:
         """Take a token (possibly going into debt) and return how long to wait before using it."""
         if self.qps <= 0:
             return 0.0
-        now = self.mono()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
-        self._at = now
+        self._refill()
         self._tokens -= 1.0
         return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def try_take(self) -> bool:
+        """Take a token if one is there now (never goes into debt)."""
+        if self.qps <= 0:
+            return True
+        self._refill()
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
     async def acquire(self) -> None:
         delay = self.reserve()

@@ -20,6 +20,7 @@ from gpuq.api.trainingjob import PLACED_PHASES, Phase
 from gpuq.controller import intents, lifecycle
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
+from gpuq.controller.kubeapi import TokenBucket
 from gpuq.controller.metrics import Metrics
 from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
 from gpuq.controller.preemption import Eviction, PreemptionLog, PreemptionTracker
@@ -36,6 +37,8 @@ from gpuq.logs import get_logger
 log = get_logger("gpuq.loop")
 
 POSITION_REFRESH_SECONDS = 5.0
+# Status writes that only refresh numbers (positions, live figures in messages), for all jobs.
+COSMETIC_WRITES_PER_SECOND = 5.0
 BUSY_RETRY_SECONDS = 1.0  # a pending job's status update skipped while a write for it runs
 
 ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
@@ -74,6 +77,7 @@ class SchedulingLoop:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._position_written: dict[str, float] = {}
+        self._cosmetic = TokenBucket(COSMETIC_WRITES_PER_SECOND, int(COSMETIC_WRITES_PER_SECOND * 4))
         self._disrupted: frozenset[tuple[str, bool]] = frozenset()
         self._disrupted_at: dict[str, float] = {}  # node -> last time a disruption held it
         self.quarantine = Quarantine()
@@ -375,6 +379,7 @@ class SchedulingLoop:
             self.writer.submit(a.job, partial(self.writer.admit, job, a))
         for p in d.preempt:
             self._start_preemption(p, now, failed)
+        refresh: list[tuple[int, str, JobEntry, dict[str, Any]]] = []
         for pending in d.pending:
             job = self.cache.jobs.get(pending.job)
             if job is None:
@@ -384,17 +389,11 @@ class SchedulingLoop:
                 self.wake_at(now + BUSY_RETRY_SECONDS)
                 continue
             patch = intents.pending_status(job, pending, now)
-            if patch.keys() == {"queuePosition"}:
-                # Positions shift with every admission: refresh them at most every few seconds.
-                due = self._position_written.get(pending.job, 0.0) + POSITION_REFRESH_SECONDS
-                if now < due:
-                    self.wake_at(due)
-                    continue
-            submitted = bool(patch) and self.writer.submit(
-                pending.job, partial(self._patch, job, patch), minor=True
-            )
-            if submitted and "queuePosition" in patch:
-                self._position_written[pending.job] = now
+            if intents.cosmetic(job, patch):
+                refresh.append((pending.position or 1 << 30, pending.job, job, patch))
+            elif patch:
+                self.writer.submit(pending.job, partial(self._patch, job, patch), minor=True)
+        self._refresh_cosmetic(refresh, now)
         for key, why in view.excluded.items():
             job = self.cache.jobs.get(key)
             if job is None or key in self.writer.busy:
@@ -402,6 +401,24 @@ class SchedulingLoop:
             patch, events = intents.blocked_status(job, why, now)
             if patch or events:
                 self.writer.submit(key, partial(self._patch, job, patch, events), minor=True)
+
+    def _refresh_cosmetic(self, refresh: list[tuple[int, str, JobEntry, dict[str, Any]]], now: float) -> None:
+        """Positions and live numbers in messages change with every admission; written at once they
+        would re-patch every pending job each cycle (and each write wakes the loop again). They are
+        refreshed at most once per POSITION_REFRESH_SECONDS per job and COSMETIC_WRITES_PER_SECOND in
+        all, queue heads first; the next refresh is due when no more is allowed now."""
+        deferred = False
+        for _, key, job, patch in sorted(refresh, key=lambda r: (r[0], r[1])):
+            if now < self._position_written.get(key, 0.0) + POSITION_REFRESH_SECONDS:
+                deferred = True
+                continue
+            if not self._cosmetic.try_take():
+                deferred = True
+                break
+            if self.writer.submit(key, partial(self._patch, job, patch), minor=True):
+                self._position_written[key] = now
+        if deferred:
+            self.wake_at(now + POSITION_REFRESH_SECONDS)
 
     async def _patch(self, job: JobEntry, patch: dict[str, Any], events: tuple[st.Event, ...] = ()) -> None:
         fresh = await self.writer.patch_job_status(job, patch)

@@ -1,7 +1,8 @@
 """Render the worker pods and the rendezvous Service of a TrainingJob (pure functions).
 
-Pods are created unbound with `schedulerName: gpuq` and bound by the writer through the
-pods/binding subresource, so no other scheduler ever races us for them.
+Pods are created already bound (`spec.nodeName`, one API call per pod) with `schedulerName: gpuq`,
+so no other scheduler ever races us for them; the writer binds through the pods/binding subresource
+only a pod that exists unbound (created by a gpuq before 0.2). docs/operations.md, "Binding".
 """
 
 from __future__ import annotations
@@ -127,12 +128,16 @@ def worker_pod(
     attempt: int,
     restarts: int = 0,
     resume: CheckpointReport | None = None,
+    node: str | None = None,
 ) -> dict[str, Any]:
-    """The pod of one rank. The template's metadata and spec are kept; gpuq's fields win."""
+    """The pod of one rank, bound to `node` when given. The template's metadata and spec are kept;
+    gpuq's fields win."""
     template = copy.deepcopy(spec.workers.template)
     tmeta = template.get("metadata") or {}
     pod_spec: dict[str, Any] = template.get("spec") or {}
     pod_spec["schedulerName"] = meta.SCHEDULER_NAME
+    if node is not None:
+        pod_spec["nodeName"] = node
     pod_spec.setdefault("restartPolicy", "Never")
     pod_spec["hostname"] = f"worker-{rank}"
     if needs_service(spec):

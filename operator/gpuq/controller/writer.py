@@ -1,7 +1,7 @@
 """The writer: carries out decisions against the API server, one task per job at a time.
 
 Order is what makes it safe to kill the operator at any moment:
-  admit   status (Admitted, attempt N, placement) -> Service -> pods -> bindings
+  admit   status (Admitted, attempt N, placement) -> Service -> pods, created bound
   evict   status (Preempted / Recovering / Failed) -> delete pods (force on failed nodes)
 On restart (or a new leader) the loop sees the persisted intent and finishes it
 (`complete_admission`) or cleans up. Pods of attempt N are named <job>-<N>-<rank>, so re-creating
@@ -355,8 +355,9 @@ class Writer:
     async def _ensure_gang(
         self, job: JobEntry, attempt: int, placement: tuple[str, ...], created: dict[str, str]
     ) -> None:
-        """Create the attempt's missing pods and bind every unbound one. `created` collects
-        key -> uid of the pods this call created (what a rollback may delete)."""
+        """Create the attempt's missing pods, bound to their nodes (one call each), and bind any that
+        exist unbound. `created` collects key -> uid of the pods this call created (what a rollback
+        may delete)."""
         spec = job.spec
         if spec is None or len(placement) != spec.workers.replicas:
             raise AdmissionFailed(
@@ -384,9 +385,8 @@ class Writer:
                         f"pod {names[rank]} still belongs to an earlier job of the same name"
                     )
                 return
-            body = pods.worker_pod(
-                job.namespace, job.name, job.uid, spec, rank, attempt, job.status.restarts, resume
-            )
+            ns, restarts, node = job.namespace, job.status.restarts, placement[rank]
+            body = pods.worker_pod(ns, job.name, job.uid, spec, rank, attempt, restarts, resume, node)
             body["metadata"]["annotations"][meta.ANNOTATION_CREATED_BY] = token
             try:
                 answer = await self.api.create(kubeapi.pod_path(job.namespace), body)
