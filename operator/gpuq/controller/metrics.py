@@ -50,6 +50,12 @@ class Metrics:
             "1 while many nodes are NotReady at once and NotReady alone fails no gang",
             registry=r,
         )
+        self.events_dropped = Counter(
+            "gpuq_events_dropped",
+            "routine Normal Events not posted because of the Event rate limit",
+            ["reason"],
+            registry=r,
+        )
         self.api_requests = Counter(
             "gpuq_api_requests",
             "API server answers by verb and HTTP status (0: no answer)",

@@ -31,7 +31,7 @@ from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller import intents, kubeapi, pods
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
-from gpuq.controller.kubeapi import ApiError, KubeApi, NotLeader
+from gpuq.controller.kubeapi import ApiError, KubeApi, NotLeader, TokenBucket
 from gpuq.controller.lifecycle import Plan
 from gpuq.controller.metrics import Metrics
 from gpuq.controller.objects import JobEntry, format_time, newer, parse_job
@@ -42,6 +42,10 @@ log = get_logger("gpuq.writer")
 
 # How long an admission waits for the previous attempt's pods to leave its nodes.
 OLD_PODS_TIMEOUT = 60.0
+# Routine (Normal) Events per second, burst: like client-go's EventCorrelator spam filter, a burst
+# of admissions must not spend the API budget on Events; Warnings are always posted.
+NORMAL_EVENTS_PER_SECOND = 5.0
+NORMAL_EVENTS_BURST = 50
 # Gangs being created and bound at once. Bounded so that, under a burst, early admissions finish
 # early instead of all advancing in lockstep; the API server's throughput is the same either way.
 ADMISSIONS_IN_FLIGHT = 16
@@ -76,6 +80,7 @@ class Writer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._instance = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", "gpuq")
         self._admissions = asyncio.Semaphore(ADMISSIONS_IN_FLIGHT)
+        self._normal_events = TokenBucket(NORMAL_EVENTS_PER_SECOND, NORMAL_EVENTS_BURST)
 
     # -- task management -----------------------------------------------------------------------
     def submit(self, key: str, work: Callable[[], Awaitable[object]], minor: bool = False) -> bool:
@@ -162,7 +167,11 @@ class Writer:
         await self.object_event(job.namespace, "TrainingJob", job.name, job.uid, ev)
 
     async def object_event(self, namespace: str, kind: str, name: str, uid: str, ev: st.Event) -> None:
-        """Post a core/v1 Event; failures are logged, never fatal."""
+        """Post a core/v1 Event; failures are logged, never fatal. Normal Events beyond the rate
+        limit are dropped (counted in gpuq_events_dropped); status and conditions say the same."""
+        if ev.type == "Normal" and not self._normal_events.try_take():
+            self.metrics.events_dropped.labels(ev.reason).inc()
+            return
         now = format_time(self.clock())
         body = {
             "apiVersion": "v1",

@@ -1,0 +1,44 @@
+"""Routine Events are rate-limited (a burst of admissions must not spend the API budget on them);
+Warnings always go out. Against a real HTTP server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestServer
+from fakeapi import FakeApi, Reply, client, serve
+
+from gpuq.controller import status as st
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.metrics import Metrics
+from gpuq.controller.writer import NORMAL_EVENTS_BURST, Writer
+
+EVENTS = "/api/v1/namespaces/ns/events"
+
+
+@pytest.fixture
+def fake() -> FakeApi:
+    return FakeApi()
+
+
+@pytest.fixture
+async def server(fake: FakeApi) -> AsyncIterator[TestServer]:
+    async for s in serve(fake):
+        yield s
+
+
+async def test_a_burst_of_normal_events_is_capped_warnings_are_not(fake: FakeApi, server: TestServer) -> None:
+    fake.on("POST", EVENTS, Reply(201, {"kind": "Event"}))
+    metrics = Metrics()
+    writer = Writer(client(server), ClusterCache(), metrics, on_done=lambda: None)
+    for i in range(NORMAL_EVENTS_BURST + 20):
+        await writer.object_event("ns", "TrainingJob", f"j{i}", "uid", st.normal("Admitted", "admitted"))
+    for i in range(5):
+        await writer.object_event("ns", "TrainingJob", f"w{i}", "uid", st.warning("Failed", "boom"))
+    posted = [s.body["reason"] for s in fake.requests("POST", EVENTS)]
+    # The bucket refills at NORMAL_EVENTS_PER_SECOND while the test runs: allow a few more.
+    assert NORMAL_EVENTS_BURST <= posted.count("Admitted") < NORMAL_EVENTS_BURST + 10
+    assert posted.count("Failed") == 5
+    dropped = metrics.registry.get_sample_value("gpuq_events_dropped_total", {"reason": "Admitted"})
+    assert dropped == NORMAL_EVENTS_BURST + 20 - posted.count("Admitted")
