@@ -45,10 +45,10 @@ ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
 
 
 def _core_schedule() -> ScheduleFn:
-    from gpuq.core import schedule
+    """The core with its ClusterIndex kept across cycles (fed by the deltas between snapshots)."""
+    from gpuq.core.incremental import IncrementalSchedule
 
-    fn: ScheduleFn = schedule
-    return fn
+    return IncrementalSchedule()
 
 
 class SchedulingLoop:

@@ -1,0 +1,64 @@
+"""IncrementalSchedule (the operator's kept index): the deltas it recovers from whole snapshots give
+the same decisions as a fresh index, whatever changed between two cycles."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
+from gpuq.core import SchedulerConfig, schedule
+from gpuq.core.incremental import IncrementalSchedule, snapshot_delta
+from gpuq.core.model import Resources, Running, Snapshot
+
+from .helpers import NOW, cluster, job, queue, snap
+from .strategies import scenarios
+
+
+def test_the_delta_names_exactly_what_changed() -> None:
+    nodes = cluster(racks=1, nodes_per_rack=3)
+    a, b = job("ns/a", gpus=8, on=["n0000"]), job("ns/b")
+    s1 = snap(nodes, [queue()], [a, b])
+    moved = replace(nodes[1], used_by_others=Resources(gpus=1))
+    s2 = snap([nodes[0], moved], [queue()], [replace(b, running=Running(("n0002",), NOW)), job("ns/c")])
+    d = snapshot_delta(s1, s2)
+    assert [n.name for n in d.nodes] == ["n0001"] and d.removed_nodes == ("n0002",)
+    assert [j.key for j in d.jobs] == ["ns/b", "ns/c"] and d.removed_jobs == ("ns/a",)
+    assert snapshot_delta(s2, s2).size == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios(), hs.data())
+def test_a_kept_index_decides_like_a_fresh_one_cycle_after_cycle(scenario, data) -> None:  # type: ignore[no-untyped-def]
+    s1, cfg = scenario
+    inc = IncrementalSchedule()
+    d1 = inc(s1, NOW, cfg)
+    assert d1 == schedule(s1, NOW, cfg)
+    # What a writer and the cluster do next: admissions start, one job goes, a node changes.
+    started = {a.job: Running(a.placement, NOW) for a in d1.admit}
+    jobs = [replace(j, running=started[j.key]) if j.key in started else j for j in s1.jobs]
+    if jobs and data.draw(hs.booleans()):
+        jobs.pop(data.draw(hs.integers(0, len(jobs) - 1)))
+    nodes = list(s1.nodes)
+    i = data.draw(hs.integers(0, len(nodes) - 1))
+    nodes[i] = replace(nodes[i], used_by_others=Resources(gpus=data.draw(hs.integers(0, 2))))
+    s2 = Snapshot(s1.topology, tuple(nodes), s1.queues, tuple(jobs))
+    assert inc(s2, NOW + 1, cfg) == schedule(s2, NOW + 1, cfg)
+    # Something else altogether (nodes come and go): the index rebuilds and still agrees.
+    s3, _ = data.draw(scenarios())
+    assert inc(s3, NOW + 2, cfg) == schedule(s3, NOW + 2, cfg)
+
+
+def test_the_index_is_kept_when_only_jobs_change() -> None:
+    nodes = cluster(racks=1, nodes_per_rack=2)
+    s1 = snap(nodes, [queue()], [job("ns/a", gpus=8)])
+    inc = IncrementalSchedule()
+    d1 = inc(s1, NOW, SchedulerConfig())
+    ix = inc.index
+    assert ix is not None and [a.job for a in d1.admit] == ["ns/a"]
+    a = replace(s1.jobs[0], running=Running(d1.admit[0].placement, NOW))
+    s2 = snap(nodes, [queue()], [a, job("ns/b", gpus=8)])
+    d2 = inc(s2, NOW + 1, SchedulerConfig())
+    assert inc.index is ix and ix.rebuilds == 1 and inc.last_delta == 2
+    assert [x.job for x in d2.admit] == ["ns/b"]
