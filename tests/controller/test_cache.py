@@ -121,3 +121,16 @@ def test_a_late_write_response_does_not_resurrect_a_deleted_pod() -> None:
     cache.delete_pod(gone)
     cache.upsert_pod(response)
     assert cache.pods == {}
+
+
+def test_jobs_whose_object_or_pods_changed_are_touched_until_taken() -> None:
+    c = ClusterCache()
+    c.upsert_job(job("a"))
+    c.upsert_job(job("b"))
+    assert c.take_touched() == {"team-a/a", "team-a/b"} and c.take_touched() == set()
+    c.upsert_pod(pod("a-1-0", node_name="n1", job_name="a"))
+    assert c.take_touched() == {"team-a/a"}
+    c.upsert_job(job("b"))  # the same object again: nothing changed
+    assert c.take_touched() == set()
+    c.delete_pod(pod("a-1-0", node_name="n1", job_name="a"))
+    assert c.take_touched() == {"team-a/a"}

@@ -71,6 +71,9 @@ class ClusterCache:
         self.assumed: dict[str, Assumed] = {}
         self.deleted_job_uids: set[str] = set()  # jobs seen deleted whose pods may linger
         self._pods_by_job: dict[str, set[str]] = {}
+        # Jobs whose object or pods changed since the loop last took them: the lifecycle, a pure
+        # function of a job and its pods, needs to look at no other job.
+        self.touched: set[str] = set()
         self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
         self._uid: dict[tuple[str, str], str] = {}
         # uids of deleted objects: the response to our own write can arrive after the DELETED event
@@ -168,7 +171,14 @@ class ClusterCache:
             return
         if table.get(key) != entry:
             table[key] = entry
+            if kind == "job":
+                self.touched.add(key)
             self._changed()
+
+    def take_touched(self) -> set[str]:
+        """The jobs touched since the last call (see `touched`), and forget them."""
+        out, self.touched = self.touched, set()
+        return out
 
     # -- nodes, queues, namespaces --------------------------------------------------------------
     def upsert_node(self, body: Mapping[str, Any]) -> None:
@@ -239,9 +249,11 @@ class ClusterCache:
             return
         if old is not None and old.job != entry.job and old.job is not None:
             self._pods_by_job.get(old.job, set()).discard(entry.key)
+            self.touched.add(old.job)
         self.pods[entry.key] = entry
         if entry.job is not None:
             self._pods_by_job.setdefault(entry.job, set()).add(entry.key)
+            self.touched.add(entry.job)
         self._changed()
 
     def delete_pod(self, body: Mapping[str, Any]) -> None:
@@ -253,6 +265,7 @@ class ClusterCache:
         if entry is None:
             return
         if entry.job is not None:
+            self.touched.add(entry.job)
             members = self._pods_by_job.get(entry.job)
             if members is not None:
                 members.discard(key)
@@ -265,6 +278,8 @@ class ClusterCache:
         pod = self.pods.get(key)
         if pod is not None and pod.node_name != node:
             pod.node_name = node
+            if pod.job is not None:
+                self.touched.add(pod.job)
             self._changed()
 
     def pods_of(self, job: str, uid: str | None = None) -> list[PodEntry]:

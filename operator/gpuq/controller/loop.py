@@ -80,6 +80,8 @@ class SchedulingLoop:
         self._cosmetic = TokenBucket(COSMETIC_WRITES_PER_SECOND, int(COSMETIC_WRITES_PER_SECOND * 4))
         self._disrupted: frozenset[tuple[str, bool]] = frozenset()
         self._disrupted_at: dict[str, float] = {}  # node -> last time a disruption held it
+        self._observe_all = True  # the term's first cycle runs every job's lifecycle
+        self._observe_again: set[str] = set()
         self.quarantine = Quarantine()
         self._extender_inputs: tuple[Snapshot, tuple[Admit, ...]] | None = None
         self._extender_view: ExtenderView | None = None
@@ -249,12 +251,25 @@ class SchedulingLoop:
         self.metrics.disruption.set(1 if any(d.confirmed for d in active.values()) else 0)
 
     def _advance_lifecycles(self, now: float, failed: frozenset[str]) -> None:
-        for key, job in list(self.cache.jobs.items()):
-            if key in self.writer.busy or job.deleting:
+        """The lifecycle of each job whose object or pods changed since it was last looked at (the
+        first cycle of a term looks at all); a job busy in the writer is looked at again later."""
+        if self._observe_all:
+            self._observe_all = False
+            self.cache.take_touched()
+            keys: set[str] = set(self.cache.jobs)
+        else:
+            keys = self.cache.take_touched() | self._observe_again
+        self._observe_again = set()
+        for key in sorted(keys):
+            job = self.cache.jobs.get(key)
+            if job is None or job.deleting:
+                continue
+            if key in self.writer.busy:
+                self._observe_again.add(key)
                 continue
             plan = lifecycle.observe(job, self.cache.pods_of(key, job.uid), now, self.config.failover)
-            if plan:
-                self.writer.submit(key, partial(self._run_plan, job, plan, failed), minor=True)
+            if plan and not self.writer.submit(key, partial(self._run_plan, job, plan, failed), minor=True):
+                self._observe_again.add(key)
         for key, assumed in list(self.cache.assumed.items()):
             if assumed.uncertain and key not in self.writer.busy:
                 self.writer.submit(key, partial(self.writer.verify_assumption, key), minor=True)
