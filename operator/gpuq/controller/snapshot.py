@@ -14,12 +14,12 @@ from typing import Any
 
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, PlacementEntry, TrainingJobSpec
 from gpuq.controller import selectors
-from gpuq.controller.cache import ClusterCache
+from gpuq.controller.cache import Assumed, ClusterCache
 from gpuq.controller.nodehealth import OUT_OF_SERVICE_TAINT, damped_until
-from gpuq.controller.objects import JobEntry, NodeEntry, newer, parse_time
+from gpuq.controller.objects import JobEntry, NodeEntry, QueueEntry, newer, parse_time
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
-from gpuq.controller.resources import add, pod_requests
+from gpuq.controller.resources import pod_requests
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.model import (
     Checkpoint,
@@ -257,11 +257,40 @@ def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = froze
     return None
 
 
+@dataclass(slots=True)
+class _JobMemo:
+    """What the last build derived from a job, valid while the inputs it read are the same objects
+    (the cache replaces an entry when it changes, so identity says "unchanged")."""
+
+    entry: JobEntry
+    assumed: Assumed | None
+    evicting: bool
+    queue: QueueEntry | None
+    labels: Mapping[str, str] | None
+    hold: Holding | None
+    exclusion: Exclusion | None
+    job: Job | None = None
+    job_args: tuple[float, float] | None = None  # (start fallback, notBefore) the Job was built with
+
+
+@dataclass(slots=True)
+class _NodeMemo:
+    entry: NodeEntry
+    others: Resources
+    flapping: bool
+    node: Node
+
+
 class SnapshotBuilder:
-    """Turns the cache into a View; memoizes per-job derived data by metadata.generation."""
+    """Turns the cache into a View. Per job and per node it keeps what it derived last time and
+    reuses it (the very same object) while the inputs are unchanged: a cycle after a few watch
+    events costs O(jobs + nodes) identity checks, and the core's kept index sees few deltas."""
 
     def __init__(self) -> None:
         self._derived: dict[str, tuple[int, str, WorkerSpec | None, Constraints | None, str | None]] = {}
+        self._jobs: dict[str, _JobMemo] = {}
+        self._nodes_memo: dict[str, _NodeMemo] = {}
+        self._config: SchedulerConfig | None = None  # the memos hold for this config only
 
     def _derive(
         self, job: JobEntry, spec: TrainingJobSpec
@@ -280,6 +309,29 @@ class SnapshotBuilder:
     def forget_missing(self, cache: ClusterCache) -> None:
         for key in [k for k in self._derived if k not in cache.jobs]:
             del self._derived[key]
+        for key in [k for k in self._jobs if k not in cache.jobs]:
+            del self._jobs[key]
+        for name in [n for n in self._nodes_memo if n not in cache.nodes]:
+            del self._nodes_memo[name]
+
+    def _memo(self, job: JobEntry, cache: ClusterCache, topo: Topology, evicting: bool) -> _JobMemo:
+        assumed = cache.assumed.get(job.key)
+        queue = cache.queues.get(job.spec.queue) if job.spec is not None else None
+        labels = cache.namespaces.get(job.namespace)
+        m = self._jobs.get(job.key)
+        if (
+            m is None
+            or m.entry is not job
+            or m.assumed is not assumed
+            or m.evicting != evicting
+            or m.queue is not queue
+            or m.labels is not labels
+        ):
+            hold = holding(job, cache, frozenset({job.key}) if evicting else frozenset())
+            exclusion = self._exclusion(job, cache, topo) if job.spec is not None else None
+            m = _JobMemo(job, assumed, evicting, queue, labels, hold, exclusion)
+            self._jobs[job.key] = m
+        return m
 
     def build(
         self,
@@ -292,6 +344,8 @@ class SnapshotBuilder:
     ) -> View:
         """`evicting`: victims asked to checkpoint or being deleted (they still hold their nodes).
         `quarantined`: jobs the core failed on (gpuq.controller.quarantine), kept out."""
+        if config is not self._config:
+            self._config, self._jobs, self._nodes_memo = config, {}, {}
         topo = config.topology
         excluded: dict[str, Exclusion] = {}
         held: dict[str, Holding] = {}
@@ -302,23 +356,26 @@ class SnapshotBuilder:
             if q.spec is not None
         }
         # Pass 1: which jobs hold placements (they shape node usage and health).
-        candidates: list[tuple[JobEntry, TrainingJobSpec, Holding | None]] = []
+        candidates: list[tuple[JobEntry, TrainingJobSpec, _JobMemo]] = []
         for key in sorted(cache.jobs):
             job = cache.jobs[key]
-            hold = holding(job, cache, evicting)
-            if job.status.phase in FINISHED_PHASES or (job.deleting and hold is None):
+            if job.status.phase in FINISHED_PHASES:
+                continue
+            memo = self._memo(job, cache, topo, key in evicting)
+            hold = memo.hold
+            if job.deleting and hold is None:
                 continue
             if job.spec is None:
                 reason: Exclusion | None = Exclusion("Invalid", job.error or "invalid spec")
             elif quarantined and key in quarantined:
                 reason = Exclusion("InternalError", QUARANTINE_MESSAGE)
             else:
-                reason = self._exclusion(job, cache, topo)
+                reason = memo.exclusion
             if job.spec is None or reason is not None:
                 if reason is not None and hold is None:
                     excluded[key] = reason
                 continue  # a held job we cannot model: its pods count as someone else's usage
-            candidates.append((job, job.spec, hold))
+            candidates.append((job, job.spec, memo))
             if hold is not None:
                 held[key] = hold
 
@@ -329,9 +386,8 @@ class SnapshotBuilder:
 
         jobs: list[Job] = []
         wake_jobs: list[float | None] = []
-        for job, spec, hold in candidates:
-            workers, cons, _ = self._derive(job, spec)
-            assert workers is not None and cons is not None  # _exclusion rejected bad templates
+        for job, spec, memo in candidates:
+            hold = memo.hold
             if hold is None and nodes:
                 too_big = _too_big(spec, total_gpus, largest)
                 if too_big:
@@ -340,7 +396,17 @@ class SnapshotBuilder:
             not_before = parse_time(job.status.not_before) or 0.0
             if hold is None and not_before > now:
                 wake_jobs.append(not_before)
-            jobs.append(_job(job, spec, workers, cons, hold, now, not_before, job.key in evicting))
+            # A held job with no start time in its status yet (an admission in flight) started when
+            # it was assumed; only then does the fallback matter for the Job built.
+            fallback = memo.assumed.started_at if memo.assumed is not None else now
+            timeless = hold is not None and job.status.started_at is None and job.status.admitted_at is None
+            args = (fallback if timeless else 0.0, not_before)
+            if memo.job is None or memo.job_args != args:
+                workers, cons, _ = self._derive(job, spec)
+                assert workers is not None and cons is not None  # _exclusion rejected bad templates
+                memo.job = _job(job, spec, workers, cons, hold, fallback, not_before, memo.evicting)
+                memo.job_args = args
+            jobs.append(memo.job)
         snapshot = Snapshot(
             topology=topo, nodes=tuple(nodes), queues=tuple(queues.values()), jobs=tuple(jobs)
         )
@@ -380,25 +446,21 @@ class SnapshotBuilder:
         self, cache: ClusterCache, now: float, config: SchedulerConfig, held: Mapping[str, Holding]
     ) -> tuple[list[Node], list[float | None]]:
         topo = config.topology
-        ours = {(cache.jobs[key].uid, h.attempt) for key, h in held.items()}
-        others: dict[str, Resources] = {}
-        for pod in cache.pods.values():
-            if pod.node_name is None or not pod.live:
-                continue
-            if pod.owner_uid is not None and (pod.owner_uid, pod.attempt) in ours:
-                continue  # counted through the job's placement
-            others[pod.node_name] = add(others.get(pod.node_name, Resources()), pod.requests)
+        others = _foreign_usage(cache, held)
         nodes: list[Node] = []
         wake: list[float | None] = []
+        nothing = Resources()
         for name in sorted(cache.nodes):
             entry = cache.nodes[name]
             wake.append(grace_ends(entry, now, config.failover.not_ready_grace_seconds))
             damped = damped_until(entry, now, config.failover)
             wake.append(damped)
-            # The device plugin lowers allocatable below capacity when GPUs turn unhealthy.
-            lost_gpus = entry.capacity_gpus > entry.allocatable.gpus
-            nodes.append(
-                Node(
+            used = others.get(name, nothing)
+            m = self._nodes_memo.get(name)
+            if m is None or m.entry is not entry or m.others != used or m.flapping != (damped is not None):
+                # The device plugin lowers allocatable below capacity when GPUs turn unhealthy.
+                lost_gpus = entry.capacity_gpus > entry.allocatable.gpus
+                node = Node(
                     name=name,
                     allocatable=entry.allocatable,
                     path=node_path(name, entry.labels, topo),
@@ -406,12 +468,13 @@ class SnapshotBuilder:
                     health=node_health(entry),
                     taints=entry.taints,
                     gpu_model=entry.labels.get(config.gpu_model_label),
-                    used_by_others=others.get(name, Resources()),
+                    used_by_others=used,
                     not_ready_since=None if entry.ready else entry.not_ready_since,
                     healthy_gpus=entry.allocatable.gpus if lost_gpus else None,
                     flapping=damped is not None,
                 )
-            )
+                m = self._nodes_memo[name] = _NodeMemo(entry, used, damped is not None, node)
+            nodes.append(m.node)
         # Nodes deleted under running jobs: keep them, failed, so the core plans the failover.
         gone = sorted({n for h in held.values() for n in h.placement} - cache.nodes.keys())
         for name in gone:
@@ -424,6 +487,32 @@ class SnapshotBuilder:
                 )
             )
         return nodes, wake
+
+
+def _foreign_usage(cache: ClusterCache, held: Mapping[str, Holding]) -> dict[str, Resources]:
+    """Per node, the requests of live bound pods that no held gpuq placement accounts for (other
+    schedulers' pods, and ours of attempts no longer current). Plain ints: this visits every pod."""
+    ours = {(cache.jobs[key].uid, h.attempt) for key, h in held.items()}
+    sums: dict[str, list[int]] = {}
+    extras: dict[str, dict[str, int]] = {}
+    for pod in cache.pods.values():
+        node = pod.node_name
+        if node is None or not pod.live:
+            continue
+        if pod.owner_uid is not None and (pod.owner_uid, pod.attempt) in ours:
+            continue  # counted through the job's placement
+        r = pod.requests
+        acc = sums.get(node)
+        if acc is None:
+            acc = sums[node] = [0, 0, 0]
+        acc[0] += r.gpus
+        acc[1] += r.cpu_millis
+        acc[2] += r.memory_bytes
+        if r.extra:
+            ex = extras.setdefault(node, {})
+            for k, v in r.extra.items():
+                ex[k] = ex.get(k, 0) + v
+    return {n: Resources(g, c, m, extras.get(n, {})) for n, (g, c, m) in sums.items()}
 
 
 def _too_big(spec: TrainingJobSpec, total_gpus: int, largest: int) -> str | None:
