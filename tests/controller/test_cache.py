@@ -105,7 +105,7 @@ def test_pods_of_deleted_jobs_are_orphans() -> None:
     assert sorted(p.name for p in cache.orphans()) == ["a-1-0", "a-1-1"]
     for p in gang_pods("a", ["n1", "n2"]):
         cache.delete_pod(p)
-    assert cache.orphans() == [] and cache.deleted_job_uids == set()
+    assert cache.orphans() == [] and cache.deleted_jobs == {}
 
 
 def test_a_late_write_response_does_not_resurrect_a_deleted_pod() -> None:

@@ -76,4 +76,4 @@ def test_replace_in_a_namespace_scope_leaves_other_namespaces_alone() -> None:
     cache.upsert_job(b)
     cache.replace("job", [], "5", scope="team-a")
     assert list(cache.jobs) == ["team-b/y"]
-    assert "uid-team-a-x" in cache.deleted_job_uids  # its pods become orphans, as on a DELETED event
+    assert "uid-team-a-x" in cache.deleted_jobs  # its pods become orphans, as on a DELETED event

@@ -263,3 +263,38 @@ def test_builder_is_deterministic() -> None:
     b = build(*reversed(copy.deepcopy(bodies)))
     assert a.snapshot == b.snapshot
     assert GPU == "nvidia.com/gpu"
+
+
+def test_a_kept_builder_agrees_with_a_fresh_one_as_pods_jobs_and_nodes_change() -> None:
+    """The builder reuses per-node and per-job results and re-sums other pods' usage only where
+    something changed: after each change its snapshot equals a fresh builder's."""
+    cache = ClusterCache()
+    for n in ("n1", "n2"):
+        cache.upsert_node(node(n))
+    cache.upsert_queue(queue("q", nominal=64))
+    cache.upsert_namespace(namespace("team-a"))
+    kept = SnapshotBuilder()
+
+    def check() -> View:
+        v = kept.build(cache, T0 + 100, CFG)
+        assert v == SnapshotBuilder().build(cache, T0 + 100, CFG)
+        return v
+
+    check()
+    web = pod("web", node_name="n1", scheduler="default-scheduler", gpus=2)
+    cache.upsert_pod(web)
+    assert {n.name: n.used_by_others.gpus for n in check().snapshot.nodes} == {"n1": 2, "n2": 0}
+    cache.upsert_job(job("a", status=placed_status(["n1", "n2"])))
+    for p in gang_pods("a", ["n1", "n2"]):
+        cache.upsert_pod(p)
+    assert check().snapshot.nodes[1].used_by_others.gpus == 0  # its own pods count through the job
+    # Attempt 2 admitted while attempt 1's pods still run: those now count as someone else's.
+    cache.upsert_job(job("a", status=placed_status(["n2", "n1"], phase="Admitted", attempt=2)))
+    assert check().snapshot.nodes[1].used_by_others.gpus == 8
+    cache.delete_pod(web)
+    for p in gang_pods("a", ["n1", "n2"]):
+        cache.delete_pod(p)
+    cache.upsert_node(node("n2", gpus=4))
+    v = check()
+    assert [n.used_by_others.gpus for n in v.snapshot.nodes] == [0, 0]
+    assert v.snapshot.nodes[1].allocatable.gpus == 4

@@ -69,11 +69,15 @@ class ClusterCache:
         self.pods: dict[str, PodEntry] = {}
         self.namespaces: dict[str, dict[str, str]] = {}
         self.assumed: dict[str, Assumed] = {}
-        self.deleted_job_uids: set[str] = set()  # jobs seen deleted whose pods may linger
+        self.deleted_jobs: dict[str, str] = {}  # uid -> key of jobs seen deleted whose pods may linger
         self._pods_by_job: dict[str, set[str]] = {}
         # Jobs whose object or pods changed since the loop last took them: the lifecycle, a pure
         # function of a job and its pods, needs to look at no other job.
         self.touched: set[str] = set()
+        # Bound pods per node, and the nodes whose bound pods changed since the snapshot builder
+        # last took them (it re-sums other schedulers' usage only there).
+        self.pods_by_node: dict[str, set[str]] = {}
+        self.touched_nodes: set[str] = set()
         self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
         self._uid: dict[tuple[str, str], str] = {}
         # uids of deleted objects: the response to our own write can arrive after the DELETED event
@@ -175,6 +179,23 @@ class ClusterCache:
                 self.touched.add(key)
             self._changed()
 
+    def take_touched_nodes(self) -> set[str]:
+        out, self.touched_nodes = self.touched_nodes, set()
+        return out
+
+    def _place(self, key: str, old: str | None, new: str | None) -> None:
+        """Keep pods_by_node and touched_nodes for a pod that was on `old` and is now on `new`."""
+        if old is not None:
+            self.touched_nodes.add(old)
+            on = self.pods_by_node.get(old)
+            if on is not None and old != new:
+                on.discard(key)
+                if not on:
+                    del self.pods_by_node[old]
+        if new is not None:
+            self.touched_nodes.add(new)
+            self.pods_by_node.setdefault(new, set()).add(key)
+
     def take_touched(self) -> set[str]:
         """The jobs touched since the last call (see `touched`), and forget them."""
         out, self.touched = self.touched, set()
@@ -221,7 +242,7 @@ class ClusterCache:
         key = f"{md['namespace']}/{md['name']}"
         if self._forget_object("job", key, body) and (gone := self.jobs.pop(key, None)) is not None:
             self.assumed.pop(key, None)
-            self.deleted_job_uids.add(gone.uid)
+            self.deleted_jobs[gone.uid] = key
             self._changed()
 
     def assume(self, job: str, attempt: int, placement: tuple[str, ...], now: float) -> None:
@@ -251,6 +272,7 @@ class ClusterCache:
             self._pods_by_job.get(old.job, set()).discard(entry.key)
             self.touched.add(old.job)
         self.pods[entry.key] = entry
+        self._place(entry.key, old.node_name if old is not None else None, entry.node_name)
         if entry.job is not None:
             self._pods_by_job.setdefault(entry.job, set()).add(entry.key)
             self.touched.add(entry.job)
@@ -264,6 +286,7 @@ class ClusterCache:
         entry = self.pods.pop(key, None)
         if entry is None:
             return
+        self._place(key, entry.node_name, None)
         if entry.job is not None:
             self.touched.add(entry.job)
             members = self._pods_by_job.get(entry.job)
@@ -277,6 +300,7 @@ class ClusterCache:
         """Record a binding the writer just made (the API returns no pod for a Binding)."""
         pod = self.pods.get(key)
         if pod is not None and pod.node_name != node:
+            self._place(key, pod.node_name, node)
             pod.node_name = node
             if pod.job is not None:
                 self.touched.add(pod.job)
@@ -290,13 +314,10 @@ class ClusterCache:
     def orphans(self) -> list[PodEntry]:
         """Live pods of deleted jobs. Garbage collection removes them too, but only after it has
         discovered the CRD; deleting them right away releases their GPUs at once."""
-        if not self.deleted_job_uids:
-            return []
-        out = [
-            p
-            for p in self.pods.values()
-            if p.owner_uid in self.deleted_job_uids and p.live and not p.deleting
-        ]
-        still_referenced = {p.owner_uid for p in self.pods.values() if p.owner_uid}
-        self.deleted_job_uids &= still_referenced
+        out = []
+        for uid, key in list(self.deleted_jobs.items()):
+            pods = [p for p in self.pods_of(key) if p.owner_uid == uid]
+            out += [p for p in pods if p.live and not p.deleting]
+            if not pods:
+                del self.deleted_jobs[uid]
         return out

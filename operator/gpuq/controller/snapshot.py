@@ -291,6 +291,8 @@ class SnapshotBuilder:
         self._jobs: dict[str, _JobMemo] = {}
         self._nodes_memo: dict[str, _NodeMemo] = {}
         self._config: SchedulerConfig | None = None  # the memos hold for this config only
+        self._others: dict[str, Resources] | None = None  # other pods' usage per node (kept)
+        self._held: dict[str, Holding] = {}  # the placements `_others` was summed against
 
     def _derive(
         self, job: JobEntry, spec: TrainingJobSpec
@@ -442,11 +444,31 @@ class SnapshotBuilder:
             return Exclusion("InvalidPodTemplate", err)
         return None
 
+    def _others_by_node(self, cache: ClusterCache, held: Mapping[str, Holding]) -> dict[str, Resources]:
+        """Other pods' usage per node, re-summed only on nodes whose bound pods changed or that hold
+        pods of a job whose placement changed (which decides whether its pods count as ours)."""
+        ours = {(cache.jobs[key].uid, h.attempt) for key, h in held.items()}
+        dirty = cache.take_touched_nodes()
+        if self._others is None:
+            self._others, dirty = {}, set(cache.pods_by_node)
+        prev = self._held
+        for key in prev.keys() | held.keys():
+            if prev.get(key) != held.get(key):
+                dirty.update(p.node_name for p in cache.pods_of(key) if p.node_name is not None)
+        self._held = dict(held)
+        for node in dirty:
+            usage = _foreign_usage(cache, cache.pods_by_node.get(node, ()), ours)
+            if usage == Resources():
+                self._others.pop(node, None)
+            else:
+                self._others[node] = usage
+        return self._others
+
     def _nodes(
         self, cache: ClusterCache, now: float, config: SchedulerConfig, held: Mapping[str, Holding]
     ) -> tuple[list[Node], list[float | None]]:
         topo = config.topology
-        others = _foreign_usage(cache, held)
+        others = self._others_by_node(cache, held)
         nodes: list[Node] = []
         wake: list[float | None] = []
         nothing = Resources()
@@ -489,30 +511,22 @@ class SnapshotBuilder:
         return nodes, wake
 
 
-def _foreign_usage(cache: ClusterCache, held: Mapping[str, Holding]) -> dict[str, Resources]:
-    """Per node, the requests of live bound pods that no held gpuq placement accounts for (other
-    schedulers' pods, and ours of attempts no longer current). Plain ints: this visits every pod."""
-    ours = {(cache.jobs[key].uid, h.attempt) for key, h in held.items()}
-    sums: dict[str, list[int]] = {}
-    extras: dict[str, dict[str, int]] = {}
-    for pod in cache.pods.values():
-        node = pod.node_name
-        if node is None or not pod.live:
+def _foreign_usage(cache: ClusterCache, pods: Iterable[str], ours: set[tuple[str, int]]) -> Resources:
+    """The requests of these live bound pods (keys) that no held gpuq placement accounts for (other
+    schedulers' pods, and ours of attempts no longer current). Plain ints: it runs per pod."""
+    g = c = m = 0
+    extra: dict[str, int] = {}
+    for key in pods:
+        pod = cache.pods.get(key)
+        if pod is None or pod.node_name is None or not pod.live:
             continue
         if pod.owner_uid is not None and (pod.owner_uid, pod.attempt) in ours:
             continue  # counted through the job's placement
         r = pod.requests
-        acc = sums.get(node)
-        if acc is None:
-            acc = sums[node] = [0, 0, 0]
-        acc[0] += r.gpus
-        acc[1] += r.cpu_millis
-        acc[2] += r.memory_bytes
-        if r.extra:
-            ex = extras.setdefault(node, {})
-            for k, v in r.extra.items():
-                ex[k] = ex.get(k, 0) + v
-    return {n: Resources(g, c, m, extras.get(n, {})) for n, (g, c, m) in sums.items()}
+        g, c, m = g + r.gpus, c + r.cpu_millis, m + r.memory_bytes
+        for k, v in r.extra.items():
+            extra[k] = extra.get(k, 0) + v
+    return Resources(g, c, m, extra)
 
 
 def _too_big(spec: TrainingJobSpec, total_gpus: int, largest: int) -> str | None:
