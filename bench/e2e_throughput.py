@@ -1,18 +1,28 @@
-"""End-to-end throughput of the operator on the local cluster: submit --jobs TrainingJobs with a
-Philly-like size mix (mostly 1 GPU, some 2/4/8, a few 16-64-GPU gangs of 8-GPU workers) to one queue
+"""End-to-end throughput of the operator on the local cluster: submit --jobs TrainingJobs to one queue
 big enough that quota never blocks, and measure jobs admitted/s, pods bound/s, submit-to-Running
-p50/p99, and the operator's CPU seconds and peak RSS. Jobs never finish (no sim-duration), so the
-ones that do not fit stay Queued; figures are over the jobs that reached Running.
+p50/p99, API writes per bound pod, and the operator's CPU seconds and peak RSS. Jobs never finish
+(no sim-duration), so the ones that do not fit stay Queued; figures are over the jobs that reached
+Running. Mixes: `philly` (mostly 1 GPU, some 2/4/8, a few 16-64-GPU gangs of 8-GPU workers) and
+`gangs` (1x1, 1x8 and 4x8 in equal parts).
 
-Baselines measured in the same run, on the same API server, with as many pods as gpuq bound
-(1 CPU-only pod each, so they fit beside gpuq's pods; the operator is stopped by then):
-  raw        a client loop (same thread pool as the submitter) creating pods with no scheduler and
-             POSTing pods/binding itself: the API server's ceiling for create+bind
-  scheduler  plain pods for the default kube-scheduler (no gangs): first create to all bound
+Baselines, in the same run on the same API server, with as many pods as the mix has (1 CPU-only
+pod each, so they fit beside gpuq's pods; the operator is stopped while they run), submitted by the
+same pool of client threads as the TrainingJobs:
+  raw        the pool creates pods with no scheduler and POSTs pods/binding itself: the API
+             server's ceiling for create+bind
+  scheduler  the pool creates plain pods for the default kube-scheduler (no gangs): first create
+             to all bound
+Order: raw, scheduler, gpuq, scheduler, raw. The store only grows during a run, so each baseline
+runs once before and once after gpuq and the mean of the two is compared (neither side gets the
+emptier API server).
 
+Writes per bound pod: mutating requests (POST/PUT/PATCH/DELETE) the API server counted during each
+phase (apiserver_request_total), from every client (the submitter, gpuq or kube-scheduler, kwok's
+status updates, the controller-manager), Lease renewals excepted, divided by the pods bound; the
+gpuq phase's are split by resource.
 Times are client-side (watch events), so they include watch delivery.
 
-Reproduce: .venv/bin/python bench/e2e_throughput.py [--nodes 256] [--jobs 1000]
+Reproduce: .venv/bin/python bench/e2e_throughput.py [--nodes 256] [--jobs 1000] [--mix philly|gangs]
 """
 
 from __future__ import annotations
@@ -21,11 +31,13 @@ import argparse
 import contextlib
 import os
 import random
+import re
 import shlex
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,12 +54,18 @@ from gpuq.devcluster import Cluster, Shape
 from gpuq.devcluster.testing import wait_for
 from gpuq.sim.metrics import percentile
 
-NS_GPUQ, NS_RAW, NS_SCHED = "bench-gpuq", "bench-raw", "bench-sched"
+NS_GPUQ = "bench-gpuq"
 QUEUE = "bench"
 THREADS = 8
 SETTLE_S = 10.0  # no new Running job nor bound pod for this long: the run has settled
 # (GPUs per job, replicas, probability): Philly-like, mostly single-GPU jobs.
-MIX = ((1, 1, 0.70), (2, 1, 0.10), (4, 1, 0.08), (8, 1, 0.08), (8, 2, 0.02), (8, 4, 0.015), (8, 8, 0.005))
+MIXES = {
+    "philly": (
+        (1, 1, 0.70), (2, 1, 0.10), (4, 1, 0.08), (8, 1, 0.08), (8, 2, 0.02), (8, 4, 0.015), (8, 8, 0.005)
+    ),
+    "gangs": ((1, 1, 1 / 3), (8, 1, 1 / 3), (8, 4, 1 / 3)),
+}
+WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 
 
 def shape_for(nodes: int) -> Shape:
@@ -58,11 +76,25 @@ def shape_for(nodes: int) -> Shape:
     return Shape(racks=racks, nodes_per_rack=per_rack, gpus_per_node=8, blocks=min(4, racks), zones=1)
 
 
-def job_mix(n: int, seed: int = 1) -> list[tuple[int, int]]:
+def job_mix(n: int, mix: str = "philly", seed: int = 1) -> list[tuple[int, int]]:
     """(replicas, gpusPerWorker) per job."""
     rng = random.Random(seed)
-    kinds = [(r, g) for g, r, _ in MIX]
-    return rng.choices(kinds, weights=[p for _, _, p in MIX], k=n)
+    kinds = [(r, g) for g, r, _ in MIXES[mix]]
+    return rng.choices(kinds, weights=[p for _, _, p in MIXES[mix]], k=n)
+
+
+def api_writes(dev: Cluster) -> Counter[str]:
+    """Mutating requests the API server has answered, by resource[/subresource]; Lease renewals
+    (kwok's node heartbeats, leader election) are left out: they follow the clock, not the work."""
+    out: Counter[str] = Counter()
+    for line in dev.rest().call("GET", "/metrics")[1].splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        if labels.get("verb") in WRITE_VERBS and labels.get("resource") != "leases":
+            sub = labels.get("subresource")
+            out[labels.get("resource", "") + (f"/{sub}" if sub else "")] += int(float(line.rsplit(" ", 1)[1]))
+    return out
 
 
 class Watcher:
@@ -150,8 +182,10 @@ def wait_settled(watchers: list[Watcher], done: Callable[[], bool], timeout: flo
         time.sleep(0.5)
 
 
-def measure_gpuq(gpuq: GpuqClient, op: OperatorProcess, jobs: int, timeout: float) -> dict[str, Any]:
-    mix = job_mix(jobs)
+def measure_gpuq(
+    gpuq: GpuqClient, op: OperatorProcess, mix: list[tuple[int, int]], timeout: float
+) -> dict[str, Any]:
+    jobs = len(mix)
     custom = gpuq.custom
 
     def list_jobs(namespace: str, **kw: Any) -> Any:  # no docstring: the watch yields plain dicts
@@ -199,29 +233,27 @@ def measure_gpuq(gpuq: GpuqClient, op: OperatorProcess, jobs: int, timeout: floa
     }
 
 
-def measure_raw(core: k8s.CoreV1Api, nodes: list[str], n: int) -> float:
+def measure_raw(core: k8s.CoreV1Api, ns: str, nodes: list[str], n: int) -> float:
     """Pods created+bound per second by a client loop doing the binding itself."""
 
     def create_bind(i: int) -> None:
         name = f"r{i:05d}"
-        core.create_namespaced_pod(NS_RAW, plain_pod(name, "bench-none"))
+        core.create_namespaced_pod(ns, plain_pod(name, "bench-none"))
         target = k8s.V1ObjectReference(kind="Node", api_version="v1", name=nodes[i % len(nodes)])
         body = k8s.V1Binding(metadata=k8s.V1ObjectMeta(name=name), target=target)
         # The generated client cannot parse the binding's empty reply; the POST has succeeded anyway.
-        core.create_namespaced_pod_binding(name, NS_RAW, body, _preload_content=False)
+        core.create_namespaced_pod_binding(name, ns, body, _preload_content=False)
 
     t0 = time.monotonic()
     in_pool(create_bind, range(n))
     return n / (time.monotonic() - t0)
 
 
-def measure_scheduler(core: k8s.CoreV1Api, n: int, timeout: float) -> tuple[float, int]:
+def measure_scheduler(core: k8s.CoreV1Api, ns: str, n: int, timeout: float) -> tuple[float, int]:
     """Pods bound per second by kube-scheduler: first create until all bound (or timeout)."""
-    bound = Watcher(core.list_namespaced_pod, NS_SCHED, pod_bound)
+    bound = Watcher(core.list_namespaced_pod, ns, pod_bound)
     t0 = time.monotonic()
-    in_pool(
-        lambda i: core.create_namespaced_pod(NS_SCHED, plain_pod(f"s{i:05d}", "default-scheduler")), range(n)
-    )
+    in_pool(lambda i: core.create_namespaced_pod(ns, plain_pod(f"s{i:05d}", "default-scheduler")), range(n))
     with contextlib.suppress(TimeoutError):
         wait_for(lambda: len(bound.first) >= n, timeout, "kube-scheduler binding the baseline pods", 0.1)
     bound.stop()
@@ -229,10 +261,20 @@ def measure_scheduler(core: k8s.CoreV1Api, n: int, timeout: float) -> tuple[floa
     return done / max(max(bound.first.values(), default=t0) - t0, 1e-9), done
 
 
+def phase(dev: Cluster, run: Callable[[], Any]) -> tuple[Any, Counter[str]]:
+    """Run one measurement; also return the API writes it caused, by resource."""
+    before = api_writes(dev)
+    out = run()
+    time.sleep(2)  # let trailing status updates (kwok, the controller-manager) land in this phase
+    after = api_writes(dev)
+    return out, after - before
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=256, help="kwok nodes x 8 GPUs, racks of 16 (default 256)")
     ap.add_argument("--jobs", type=int, default=1000, help="TrainingJobs to submit (default 1000)")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="philly", help="job shapes (default philly)")
     ap.add_argument("--timeout", type=float, default=900, help="max seconds to wait for jobs to settle")
     args = ap.parse_args(argv)
     logs.configure("WARNING")
@@ -240,10 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     cmd = "bench/e2e_throughput.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     print(f"# e2e throughput   reproduce: .venv/bin/python {cmd}".rstrip(), flush=True)
     print(f"cluster: {shape.describe()}", flush=True)
+    mix = job_mix(args.jobs, args.mix)
+    n = sum(r for r, _ in mix)
     t_up = time.monotonic()
     dev = Cluster.up(f"bench-e2e-{os.getpid()}", shape, tie_to_process=True, timeout=600)
     print(f"cluster up in {time.monotonic() - t_up:.0f} s", flush=True)
     op = None
+    raws: list[tuple[float, Counter[str]]] = []
+    scheds: list[tuple[tuple[float, int], Counter[str]]] = []
     try:
         cfg = k8s.Configuration()
         k8s_config.load_kube_config(config_file=str(dev.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -252,26 +298,45 @@ def main(argv: list[str] | None = None) -> int:
         install_crds(api)
         gpuq = GpuqClient(api)
         core = gpuq.core
-        for ns in (NS_GPUQ, NS_RAW, NS_SCHED):
+        for ns in (NS_GPUQ, "bench-raw-1", "bench-raw-2", "bench-sched-1", "bench-sched-2"):
             create_namespace(core, ns)
         gpuq.create_queue(QUEUE, shape.gpu_count)
+        nodes = [node.metadata.name for node in core.list_node(label_selector="type=kwok").items]
+
+        def raw_phase(k: int) -> None:
+            raws.append(phase(dev, lambda: measure_raw(core, f"bench-raw-{k}", nodes, n)))
+            print(f"raw {k}: {raws[-1][0]:.1f} pods/s", flush=True)
+
+        def sched_phase(k: int) -> None:
+            scheds.append(phase(dev, lambda: measure_scheduler(core, f"bench-sched-{k}", n, args.timeout)))
+            print(f"kube-scheduler {k}: {scheds[-1][0][0]:.1f} pods/s", flush=True)
+
+        raw_phase(1)
+        sched_phase(1)
         work = Path(tempfile.mkdtemp(prefix="gpuq-bench-e2e-"))
         op = OperatorProcess(dev.kubeconfig, work / "operator.log", log_level="WARNING").start()
         time.sleep(3)  # let the operator list the cluster before the burst
-        g = measure_gpuq(gpuq, op, args.jobs, args.timeout)
+        g, g_writes = phase(dev, lambda: measure_gpuq(gpuq, op, mix, args.timeout))
         op.stop()
-        n = max(g["bound"], 1)
-        nodes = [node.metadata.name for node in core.list_node(label_selector="type=kwok").items]
-        raw = measure_raw(core, nodes, n)
-        sched, sched_done = measure_scheduler(core, n, args.timeout)
+        print(f"gpuq: {g['bound_rate']:.1f} pods/s", flush=True)
+        sched_phase(2)
+        raw_phase(2)
     finally:
         if op is not None:
             op.stop()
         dev.down()
 
+    raw = sum(r for r, _ in raws) / len(raws)
+    sched = sum(s for (s, _), _ in scheds) / len(scheds)
+    sched_done = min(d for (_, d), _ in scheds)
+    bound = max(g["bound"], 1)
+
+    def per_pod(writes: Counter[str], pods: int) -> float:
+        return sum(writes.values()) / max(pods, 1)
+
     print(
-        f"\nworkload: {g['jobs']} jobs, {g['pods_total']} pods, {g['gpus_total']} GPUs requested "
-        f"of {shape.gpu_count}; submitted in {g['submit_s']:.1f} s ({THREADS} client threads)"
+        f"\nworkload ({args.mix}): {g['jobs']} jobs, {g['pods_total']} pods, {g['gpus_total']} GPUs "
+        f"requested of {shape.gpu_count}; submitted in {g['submit_s']:.1f} s ({THREADS} client threads)"
     )
     print(
         f"reached Running: {g['running']} jobs ({g['running_gpus']} GPUs); admitted {g['admitted']}; "
@@ -281,10 +346,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpuq   pods bound/s            {g['bound_rate']:8.1f}   ({g['bound']} pods)")
     print(f"gpuq   submit-to-Running       p50 {g['p50']:.2f} s   p99 {g['p99']:.2f} s")
     print(f"gpuq   operator CPU            {g['cpu']:8.1f} s   peak RSS {g['rss']:.0f} MiB")
-    print(f"raw    create+bind pods/s      {raw:8.1f}   ({n} pods, {THREADS} client threads)")
-    print(f"kube-scheduler pods bound/s    {sched:8.1f}   ({sched_done}/{n} pods, no gangs)")
+    print(
+        f"raw    create+bind pods/s      {raw:8.1f}   ({n} pods, {THREADS} client threads; "
+        f"before/after gpuq {raws[0][0]:.1f} / {raws[1][0]:.1f})"
+    )
+    print(
+        f"kube-scheduler pods bound/s    {sched:8.1f}   ({sched_done}/{n} pods, no gangs; "
+        f"before/after gpuq {scheds[0][0][0]:.1f} / {scheds[1][0][0]:.1f})"
+    )
     print(f"ratio  gpuq / raw              {g['bound_rate'] / raw:8.2f}")
     print(f"ratio  gpuq / kube-scheduler   {g['bound_rate'] / sched:8.2f}")
+    print("API writes per bound pod (all clients, apiserver_request_total)")
+    print(f"  gpuq           {per_pod(g_writes, bound):5.2f}   " + ", ".join(
+        f"{res or '?'} {c / bound:.2f}" for res, c in g_writes.most_common(8)
+    ))
+    print(f"  raw            {sum(per_pod(w, n) for _, w in raws) / len(raws):5.2f}")
+    print(f"  kube-scheduler {sum(per_pod(w, max(d, 1)) for (_, d), w in scheds) / len(scheds):5.2f}")
     print(f"\nreproduce: .venv/bin/python {cmd}".rstrip())
     return 0
 
