@@ -78,8 +78,11 @@ class NotLeader(Exception):
 class ApiPolicy:
     """Client-side rate limit and retry policy (flags of `gpuq operator run`)."""
 
-    qps: float = 50.0  # sustained requests per second (kube-scheduler's default)
-    burst: int = 100
+    # Sustained requests per second: gpuq writes what a workload controller (pod creates, status) and
+    # a scheduler (placements) write between them; the server's priority and fairness and the 429
+    # retries below protect it (docs/operations.md, "API errors").
+    qps: float = 200.0
+    burst: int = 400
     max_retries: int = 6  # of one request on a transient error: ~13 s of back-off in all
     backoff_base: float = 0.2
     backoff_max: float = 10.0
