@@ -181,6 +181,7 @@ class Runtime:
         self.term: Term | None = None
         self.synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
         self._watches: dict[Informer, asyncio.Task[None]] = {}
 
     @property
@@ -273,7 +274,11 @@ class Runtime:
         self._tasks.append(asyncio.get_running_loop().create_task(patch()))
 
     async def stop(self) -> None:
-        """Graceful: stop deciding, let writes finish briefly, release the lease, stop watching."""
+        """Graceful: stop deciding, let writes finish briefly, release the lease, stop watching.
+        Runs once: from kopf's cleanup activity (right after a signal) or when kopf returns."""
+        if self._stopping:
+            return
+        self._stopping = True
         term = self.term
         if term is not None:
             term.stop_scheduling()
@@ -320,8 +325,14 @@ def _register(registry: kopf.OperatorRegistry, creds: Credentials, runtime: Runt
     def probe(**_: Any) -> dict[str, Any]:
         return runtime.probe()
 
+    async def cleanup(**_: Any) -> None:
+        # kopf runs this as soon as its root tasks stop after a signal, before it waits up to 5 s
+        # for every other task of the loop: release the lease first, so a standby takes over now.
+        await runtime.stop()
+
     kopf.on.login(registry=registry)(login)
     kopf.on.probe(registry=registry, id="gpuq")(probe)
+    kopf.on.cleanup(registry=registry)(cleanup)
 
 
 async def operate(
