@@ -233,12 +233,14 @@ class SchedulingLoop:
         for d in active.values():
             if (d.scope, d.confirmed) in self._disrupted:
                 continue
+            # A forming burst comes and goes with every node that turns NotReady or back: debug only.
+            report = log.warning if d.confirmed else log.debug
             event = (
                 "many nodes NotReady at once: holding failover (control-plane or network disruption?)"
                 if d.confirmed
                 else "several nodes NotReady together: waiting for the burst to settle before failing over"
             )
-            log.warning(
+            report(
                 event,
                 scope="cluster" if d.scope.startswith("\0") else d.scope,
                 not_ready=d.not_ready,
