@@ -12,6 +12,10 @@ same pool of client threads as the TrainingJobs:
              server's ceiling for create+bind
   scheduler  the pool creates plain pods for the default kube-scheduler (no gangs): first create
              to all bound
+Client limits: kube-scheduler runs with 200 qps, burst 400 (the dev cluster raises its 50/100
+defaults so a burst of fake nodes and pods is not bound by them; it only binds, the pool creates its
+pods), gpuq with its defaults, the same 200/400 (it creates the pods, writes job status and
+places); the pool's clients are unlimited.
 Order: raw, scheduler, gpuq, scheduler, raw. The store only grows during a run, so each baseline
 runs once before and once after gpuq and the mean of the two is compared (neither side gets the
 emptier API server).

@@ -4,7 +4,6 @@ writes, the rate limiter, optimistic-concurrency preconditions and long watch li
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp.test_utils import TestServer
@@ -13,17 +12,6 @@ from fakeapi import FakeApi, Reply, client, serve
 from gpuq.controller.kubeapi import ApiError, ApiPolicy, NotLeader, TokenBucket, backoff_delay
 
 PATH = "/api/v1/namespaces/a/pods"
-
-
-@pytest.fixture
-def fake() -> FakeApi:
-    return FakeApi()
-
-
-@pytest.fixture
-async def server(fake: FakeApi) -> AsyncIterator[TestServer]:
-    async for s in serve(fake):
-        yield s
 
 
 async def test_throttled_and_failing_requests_are_retried(fake: FakeApi, server: TestServer) -> None:

@@ -3,11 +3,8 @@ Warnings always go out. Against a real HTTP server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from aiohttp.test_utils import TestServer
-from fakeapi import FakeApi, Reply, client, serve
+from fakeapi import FakeApi, Reply, client
 
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
@@ -15,17 +12,6 @@ from gpuq.controller.metrics import Metrics
 from gpuq.controller.writer import NORMAL_EVENTS_BURST, Writer
 
 EVENTS = "/api/v1/namespaces/ns/events"
-
-
-@pytest.fixture
-def fake() -> FakeApi:
-    return FakeApi()
-
-
-@pytest.fixture
-async def server(fake: FakeApi) -> AsyncIterator[TestServer]:
-    async for s in serve(fake):
-        yield s
 
 
 async def test_a_burst_of_normal_events_is_capped_warnings_are_not(fake: FakeApi, server: TestServer) -> None:

@@ -76,7 +76,7 @@ class SchedulingLoop:
         self._dirty = asyncio.Event()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._position_written: dict[str, float] = {}
+        self._refreshed_at: dict[str, float] = {}
         self._cosmetic = TokenBucket(COSMETIC_WRITES_PER_SECOND, int(COSMETIC_WRITES_PER_SECOND * 4))
         self._disrupted: frozenset[tuple[str, bool]] = frozenset()
         self._disrupted_at: dict[str, float] = {}  # node -> last time a disruption held it
@@ -189,8 +189,8 @@ class SchedulingLoop:
         )
         self.wake_at(min((t for t in timers if t is not None), default=None))
         self.builder.forget_missing(self.cache)
-        for key in [k for k in self._position_written if k not in self.cache.jobs]:
-            del self._position_written[key]
+        for key in [k for k in self._refreshed_at if k not in self.cache.jobs]:
+            del self._refreshed_at[key]
         self.metrics.cycle.observe(time.perf_counter() - started)
         return decisions
 
@@ -426,14 +426,14 @@ class SchedulingLoop:
         all, queue heads first; the next refresh is due when no more is allowed now."""
         deferred = False
         for _, key, job, patch in sorted(refresh, key=lambda r: (r[0], r[1])):
-            if now < self._position_written.get(key, 0.0) + POSITION_REFRESH_SECONDS:
+            if now < self._refreshed_at.get(key, 0.0) + POSITION_REFRESH_SECONDS:
                 deferred = True
                 continue
             if not self._cosmetic.try_take():
                 deferred = True
                 break
             if self.writer.submit(key, partial(self._patch, job, patch), minor=True):
-                self._position_written[key] = now
+                self._refreshed_at[key] = now
         if deferred:
             self.wake_at(now + POSITION_REFRESH_SECONDS)
 
