@@ -96,6 +96,11 @@ def nodes_not_ready(run: ChaosRun, fraction: float, seconds: float, seed: int = 
     restarts that happened meanwhile: gpuq should see a disruption and restart none."""
     names = sorted(n.metadata.name for n in run.core.list_node().items)
     down = random.Random(seed).sample(names, max(1, round(len(names) * fraction)))
+    # Start from a settled cluster: nodes still NotReady after the previous fault (an API-server
+    # restart stops every heartbeat for a while) belong to that fault, not to this one.
+    settle = time.monotonic() + 60
+    while time.monotonic() < settle and not all(run.cluster.node_ready(n) for n in names):
+        time.sleep(0.5)
     before = run.restarts()
     _each(run.cluster.fail_node, down)
     deadline = time.monotonic() + 60
