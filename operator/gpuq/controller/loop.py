@@ -1,9 +1,11 @@
-"""The scheduling loop: one asyncio task, single flight, woken by cache changes (debounced) and by
-timers for things that change on their own (NotReady grace, preemption grace, restart back-off).
+"""The scheduling loop: one asyncio task, single flight, woken by cache changes (debounced, and
+paced by the last cycle's duration under load) and by timers for things that change on their own
+(NotReady grace, preemption grace, restart back-off).
 
-Each cycle: build the snapshot, advance per-job lifecycles, call the pure `gpuq.core.schedule`,
-and hand the decisions to the writer, which works in the background (one task per job) while the
-next cycle already sees its assumptions. A quiet cluster runs no cycles at all.
+Each cycle: build the snapshot, advance per-job lifecycles, call the pure `gpuq.core.schedule` (in
+a worker thread, on an immutable snapshot), and hand the decisions to the writer, which works in
+the background (one task per job) while the next cycle already sees its assumptions. A quiet
+cluster runs no cycles at all.
 """
 
 from __future__ import annotations
@@ -42,6 +44,20 @@ COSMETIC_WRITES_PER_SECOND = 5.0
 BUSY_RETRY_SECONDS = 1.0  # a pending job's status update skipped while a write for it runs
 
 ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
+MAX_PAUSE_SECONDS = 1.0  # load-adaptive pacing never delays a cycle by more than this
+
+
+@dataclasses.dataclass
+class _Prepared:
+    """One cycle's inputs to the core, and what its second half needs."""
+
+    started: float
+    now: float
+    evicting: frozenset[str]
+    generations: dict[str, int]
+    view: View
+    disruptions: dict[str, Disruption]
+    failed: frozenset[str]
 
 
 def _core_schedule() -> ScheduleFn:
@@ -86,6 +102,7 @@ class SchedulingLoop:
         self._extender_inputs: tuple[Snapshot, tuple[Admit, ...]] | None = None
         self._extender_view: ExtenderView | None = None
         self.preemption_log = PreemptionLog()
+        self._last_cycle_s = 0.0
 
     @property
     def extender_view(self) -> ExtenderView | None:
@@ -135,17 +152,41 @@ class SchedulingLoop:
         self.mark_dirty()
         while True:
             await self._dirty.wait()
-            await asyncio.sleep(self.debounce)  # coalesce a burst of watch events into one cycle
+            await asyncio.sleep(self._pause())  # coalesce a burst of watch events into one cycle
             self._dirty.clear()
             try:
-                self.cycle()
+                await self.cycle_async()
             except Exception:
                 log.exception("scheduling cycle failed; retrying")
                 await asyncio.sleep(1.0)
                 self.mark_dirty()
 
+    def _pause(self) -> float:
+        """The wait before a cycle: the debounce, or as long as the last cycle took, whichever is
+        longer, so under load cycles take at most about half the CPU and writes keep their share."""
+        return max(self.debounce, min(self._last_cycle_s, MAX_PAUSE_SECONDS))
+
     # -- one cycle ----------------------------------------------------------------------------
     def cycle(self) -> Decisions:
+        """One cycle with the core run inline (tests and benchmarks drive this)."""
+        prep = self._prepare()
+        return self._finish(prep, self._decide(prep))
+
+    async def cycle_async(self) -> Decisions:
+        """One cycle with the core run in a worker thread: it works on an immutable snapshot, and the
+        event loop keeps serving watch events, lease renewals and extender calls meanwhile (a long
+        cycle at 10k nodes would otherwise stall all three). Only one cycle runs at a time."""
+        prep = self._prepare()
+        t0 = time.perf_counter()
+        try:
+            decisions = await asyncio.to_thread(self.schedule, prep.view.snapshot, prep.now, self.config)
+        except Exception as exc:
+            prep.view, decisions = self._schedule_without_culprits(prep, exc)
+        self.metrics.schedule.observe(time.perf_counter() - t0)
+        return self._finish(prep, decisions)
+
+    def _prepare(self) -> _Prepared:
+        """Everything before the core: the snapshot, node health, lifecycles and preemptions."""
         started = time.perf_counter()
         now = self.clock()
         self.cycles += 1
@@ -159,12 +200,22 @@ class SchedulingLoop:
         failed = failed_nodes(view.snapshot.nodes, now, self.config.failover)
         self._advance_lifecycles(now, failed)
         self._advance_preemptions(now, view, failed)
+        return _Prepared(started, now, evicting, generations, view, disruptions, failed)
+
+    def _decide(self, prep: _Prepared) -> Decisions:
         t0 = time.perf_counter()
         try:
-            decisions = self.schedule(view.snapshot, now, self.config)
+            decisions = self.schedule(prep.view.snapshot, prep.now, self.config)
         except Exception as exc:
-            view, decisions = self._schedule_without_culprits(view, now, evicting, generations, exc)
+            prep.view, decisions = self._schedule_without_culprits(prep, exc)
         self.metrics.schedule.observe(time.perf_counter() - t0)
+        return decisions
+
+    def _finish(self, prep: _Prepared, decisions: Decisions) -> Decisions:
+        """Everything after the core: hand decisions to the writer, publish, set the next timer.
+        The writer re-reads each job from the cache, so a decision the cluster has overtaken while
+        the core ran (a job deleted, placed or busy) is dropped rather than applied."""
+        view, now = prep.view, prep.now
         log.debug(
             "cycle",
             jobs=len(view.snapshot.jobs),
@@ -173,9 +224,8 @@ class SchedulingLoop:
             preempt=[p.victim for p in decisions.preempt],
             restart=[r.job for r in decisions.restart],
             busy=len(self.writer.busy),
-            schedule_ms=round((time.perf_counter() - t0) * 1000, 2),
         )
-        self._apply(decisions, view, now, failed)
+        self._apply(decisions, view, now, prep.failed)
         self._publish_queues(decisions, view, now)
         if self.config.extender_enabled:
             self._extender_inputs = (view.snapshot, decisions.admit)
@@ -184,14 +234,15 @@ class SchedulingLoop:
         timers = (
             view.wake_at,
             self.tracker.next_deadline(),
-            *(d.until for d in disruptions.values()),
+            *(d.until for d in prep.disruptions.values()),
             *(t + grace for t in self._disrupted_at.values() if t + grace > now),
         )
         self.wake_at(min((t for t in timers if t is not None), default=None))
         self.builder.forget_missing(self.cache)
         for key in [k for k in self._refreshed_at if k not in self.cache.jobs]:
             del self._refreshed_at[key]
-        self.metrics.cycle.observe(time.perf_counter() - started)
+        self._last_cycle_s = time.perf_counter() - prep.started
+        self.metrics.cycle.observe(self._last_cycle_s)
         return decisions
 
     def _view(self, now: float, evicting: frozenset[str], generations: dict[str, int]) -> View:
@@ -204,12 +255,11 @@ class SchedulingLoop:
             self.preemption_log.counts(now),
         )
 
-    def _schedule_without_culprits(
-        self, view: View, now: float, evicting: frozenset[str], generations: dict[str, int], exc: Exception
-    ) -> tuple[View, Decisions]:
-        """The core raised: find the jobs it fails on, keep them out, and schedule the rest."""
+    def _schedule_without_culprits(self, prep: _Prepared, exc: Exception) -> tuple[View, Decisions]:
+        """The core raised: find the jobs it fails on, keep them out, and schedule the rest (on the
+        event loop: it reads the cache, and it is rare)."""
         log.error("scheduling failed; looking for the jobs that make it fail", error=repr(exc))
-        snap = view.snapshot
+        snap, now = prep.view.snapshot, prep.now
 
         def fails(jobs: Sequence[Job]) -> bool:
             try:
@@ -222,8 +272,8 @@ class SchedulingLoop:
         if not bad:
             raise exc  # not about one input (a bug or a resource problem): the loop retries
         log.error("jobs kept out of scheduling after an internal error", jobs=bad)
-        self.quarantine.add(bad, generations)
-        view = self._view(now, evicting, generations)
+        self.quarantine.add(bad, prep.generations)
+        view = self._view(now, prep.evicting, prep.generations)
         return view, self.schedule(view.snapshot, now, self.config)
 
     def _report_disruptions(self, active: dict[str, Disruption]) -> None:

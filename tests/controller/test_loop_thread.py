@@ -1,0 +1,79 @@
+"""The loop runs the core off the event loop, and still isolates jobs the core fails on."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+from gpuq.controller import bodies as b
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.loop import SchedulingLoop
+from gpuq.controller.metrics import Metrics
+from gpuq.controller.writer import Writer
+from gpuq.core import SchedulerConfig
+from gpuq.core.decisions import Decisions
+from gpuq.core.model import Snapshot
+
+
+class RecordingWriter(Writer):
+    """Records what a cycle hands to the writer instead of calling the API."""
+
+    def __init__(self, cache: ClusterCache, metrics: Metrics) -> None:
+        super().__init__(None, cache, metrics, on_done=lambda: None)  # type: ignore[arg-type]
+        self.submitted: list[str] = []
+
+    def submit(self, key: str, work: Any, minor: bool = False) -> bool:
+        self.submitted.append(key)
+        return True
+
+
+def loop_with(schedule: Any) -> tuple[SchedulingLoop, RecordingWriter]:
+    cache = ClusterCache()
+    cache.replace("namespace", [b.namespace("team")], "1")
+    cache.replace("node", [b.node("n0")], "1")
+    cache.replace("queue", [b.queue("q")], "1")
+    jobs = [b.job(name, ns="team", replicas=1, gpus=1) for name in ("a", "bad")]
+    cache.replace("job", jobs, "1")
+    cache.replace("pod", [], "1")
+    metrics = Metrics()
+    writer = RecordingWriter(cache, metrics)
+    return SchedulingLoop(
+        cache, writer, SchedulerConfig(), metrics, schedule=schedule, clock=lambda: b.T0
+    ), writer
+
+
+async def test_the_event_loop_keeps_running_while_the_core_decides() -> None:
+    released = threading.Event()
+    seen: dict[str, Any] = {}
+
+    def slow_core(snap: Snapshot, now: float, cfg: SchedulerConfig) -> Decisions:
+        seen["thread"] = threading.current_thread()
+        seen["released"] = released.wait(timeout=5)  # only the event loop can set it
+        return Decisions()
+
+    loop, _ = loop_with(slow_core)
+    cycle = asyncio.create_task(loop.cycle_async())
+    await asyncio.sleep(0.05)
+    released.set()
+    await cycle
+    assert seen["released"] is True
+    assert seen["thread"] is not threading.main_thread()
+    assert loop.metrics.cycle._sum.get() > 0  # the second half ran: the cycle was recorded
+
+
+async def test_a_job_the_core_fails_on_is_quarantined_and_the_rest_scheduled() -> None:
+    calls: list[list[str]] = []
+
+    def picky_core(snap: Snapshot, now: float, cfg: SchedulerConfig) -> Decisions:
+        keys = [j.key for j in snap.jobs]
+        calls.append(keys)
+        if "team/bad" in keys:
+            raise ValueError("the core cannot handle this job")
+        return Decisions()
+
+    loop, _ = loop_with(picky_core)
+    await loop.cycle_async()
+    assert sorted(calls[0]) == ["team/a", "team/bad"]
+    assert calls[-1] == ["team/a"]  # the last run is the real one, without the culprit
+    assert "team/bad" in loop.quarantine.active({"team/a": 1, "team/bad": 1})
