@@ -18,7 +18,7 @@ TORCH_DEP := torch
 TORCH_ENV := GPUQ_TORCH_PYTHON=$(TORCH_VENV)/bin/python
 endif
 
-.PHONY: venv binaries torch test unit e2e lint cluster-up cluster-down demo bench clean
+.PHONY: venv binaries torch test unit e2e lint cluster-up cluster-down demo bench clean image
 
 venv: $(VENV)/.installed
 
@@ -52,7 +52,12 @@ e2e: venv binaries
 	$(BIN)/pytest -q e2e
 
 # The README's test command: lint, unit/property tests, then e2e against a real local control plane.
+# The operator image is built first when a container engine can be had (GPUQ_REQUIRE_IMAGE=1, as in
+# .ci/run, makes a failed build fatal); without one, the tests that run the image skip and say why.
 test: venv binaries lint $(TORCH_DEP)
+	@if bash hack/image.sh $(IMAGE); then export GPUQ_E2E_OPERATOR_IMAGE=$(IMAGE); \
+	elif [ -n "$$GPUQ_REQUIRE_IMAGE" ]; then exit 1; \
+	else echo "== no operator image: the tests that run it skip"; fi; \
 	$(TORCH_ENV) $(BIN)/pytest -q tests e2e
 
 cluster-up: venv binaries
@@ -65,6 +70,12 @@ cluster-down: venv
 # then everything is stopped. Options: make demo DEMO_ARGS="--no-live --speed 2" (or --keep).
 demo: venv binaries
 	$(BIN)/gpuq demo $(DEMO_ARGS)
+
+# The operator image (Dockerfile) with docker or podman; offline, its base is built from Debian
+# packages first. make image IMAGE=gpuq:dev ENGINE=podman
+IMAGE ?= gpuq:$(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+image:
+	@bash hack/image.sh $(IMAGE)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

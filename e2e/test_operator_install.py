@@ -3,6 +3,7 @@ the ServiceAccount's least-privilege RBAC (a Forbidden anywhere fails the test).
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import yaml
 from kubernetes import client as k8s
 
 import test_operator as shared
-from gpuq.controller.testing import GpuqClient, OperatorProcess
+from gpuq.controller.testing import ContainerImage, GpuqClient, OperatorProcess
 from gpuq.devcluster.testing import E2ECluster, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -76,8 +77,26 @@ def service_account_kubeconfig(cluster: E2ECluster, path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def operator(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+def operator_image() -> ContainerImage:
+    """The operator image under test (`make test` builds it and sets GPUQ_E2E_OPERATOR_IMAGE)."""
+    image = os.environ.get("GPUQ_E2E_OPERATOR_IMAGE")
+    if not image:
+        pytest.skip("GPUQ_E2E_OPERATOR_IMAGE is not set: `make test` sets it after `make image`")
+    found = subprocess.run(
+        ["bash", str(ROOT / "hack" / "container-engine.sh")], capture_output=True, text=True
+    )
+    if found.returncode != 0:
+        pytest.fail(f"no container engine to run {image}: {found.stderr.strip()}")
+    return ContainerImage(found.stdout.strip(), image)
+
+
+@pytest.fixture(scope="module", params=["process", "image"])
+def operator(
+    request: pytest.FixtureRequest, cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator as its ServiceAccount: this interpreter's `gpuq`, then the image's (non-root,
+    read-only root filesystem), both against the same API server."""
+    image = operator_image() if request.param == "image" else None
     work = tmp_path_factory.mktemp("operator-install")
     subprocess.run(
         [kubectl(cluster), "apply", "-k", str(ROOT / "manifests")],
@@ -85,11 +104,15 @@ def operator(cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory) -> I
         capture_output=True,
         env={"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"},
     )
-    # The in-cluster Deployment cannot run here (no image); run the same command as its ServiceAccount.
+    # The Deployment's command as its ServiceAccount, outside the cluster (kind runs it in-cluster).
     kubeconfig = service_account_kubeconfig(cluster, work / "sa.kubeconfig")
     port = free_port()
     op = OperatorProcess(
-        kubeconfig, work / "operator.log", log_level="DEBUG", extra_args=("--metrics-port", str(port))
+        kubeconfig,
+        work / "operator.log",
+        log_level="DEBUG",
+        extra_args=("--metrics-port", str(port)),
+        image=image,
     ).start()
     op.metrics_port = port  # type: ignore[attr-defined]
     yield op

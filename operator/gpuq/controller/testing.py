@@ -7,6 +7,7 @@ process (so tests can kill it), and a small client for queues and jobs.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -56,6 +57,32 @@ def ensure_namespace(core: k8s.CoreV1Api, name: str) -> None:
             raise
 
 
+class ContainerImage:
+    """Runs `gpuq` from the operator image instead of this interpreter, as the Deployment would:
+    non-root (the image's user), read-only root filesystem, host network (to reach a local API
+    server), the kubeconfig and config mounted read-only at the same paths."""
+
+    def __init__(self, engine: str, image: str) -> None:
+        """`engine`: a command line, e.g. what hack/container-engine.sh prints."""
+        self.engine, self.image = shlex.split(engine), image
+        self.name = f"gpuq-operator-{os.getpid()}-{id(self):x}"
+
+    def command(self, args: list[str], files: list[Path], env: Mapping[str, str]) -> list[str]:
+        run = [*self.engine, "run", "--rm", "--name", self.name, "--network", "host", "--read-only"]
+        run += ["--tmpfs", "/tmp", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+        for f in files:
+            run += ["-v", f"{f}:{f}:ro"]
+        for k, v in env.items():
+            run += ["-e", f"{k}={v}"]
+        return [*run, self.image, *args]
+
+    def kill(self) -> None:
+        subprocess.run([*self.engine, "kill", "-s", "KILL", self.name], capture_output=True, timeout=60)
+
+    def remove(self) -> None:
+        subprocess.run([*self.engine, "rm", "-f", self.name], capture_output=True, timeout=60)
+
+
 class OperatorProcess:
     """`gpuq operator run` in a child process, logging to a file."""
 
@@ -67,8 +94,10 @@ class OperatorProcess:
         extra_args: tuple[str, ...] = (),
         log_level: str = "INFO",
         env: dict[str, str] | None = None,
+        image: ContainerImage | None = None,
     ) -> None:
         self.env = dict(env or {})
+        self.image = image
         self.log_level = log_level
         self.kubeconfig = kubeconfig
         self.log_path = log_path
@@ -77,11 +106,15 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> OperatorProcess:
-        args = [sys.executable, "-m", "gpuq.cli", "--log-level", self.log_level, "operator", "run"]
-        args += ["--metrics-port", "0"]
+        args = ["--log-level", self.log_level, "operator", "run", "--metrics-port", "0"]
         args += ["--kubeconfig", str(self.kubeconfig), *self.extra_args]
         if self.config_path is not None:
             args += ["--config", str(self.config_path)]
+        files = [self.kubeconfig, *([self.config_path] if self.config_path else [])]
+        if self.image is not None:
+            args = self.image.command(args, files, self.env)
+        else:
+            args = [sys.executable, "-m", "gpuq.cli", *args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -94,6 +127,8 @@ class OperatorProcess:
     def kill(self) -> None:
         """SIGKILL: the operator gets no chance to clean up, as in a node or OOM kill."""
         if self.proc is not None and self.alive:
+            if self.image is not None:  # the container, not just the engine's client
+                self.image.kill()
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
@@ -109,11 +144,13 @@ class OperatorProcess:
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc is None or not self.alive:
             return
-        self.proc.send_signal(signal.SIGTERM)
+        self.proc.send_signal(signal.SIGTERM)  # the engine's client forwards it to the container
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+        if self.image is not None:
+            self.image.remove()
 
     def log_tail(self, lines: int = 40) -> str:
         try:
