@@ -9,9 +9,16 @@ Baselines, in the same run on the same API server, with as many pods as the mix 
 pod each, so they fit beside gpuq's pods; the operator is stopped while they run), submitted by the
 same pool of client threads as the TrainingJobs:
   raw        the pool creates pods with no scheduler and POSTs pods/binding itself: the API
-             server's ceiling for create+bind
-  scheduler  the pool creates plain pods for the default kube-scheduler (no gangs): first create
-             to all bound
+             server's ceiling for create+bind at that concurrency
+  scheduler  the pool creates plain pods for the default kube-scheduler (no gangs)
+Submission (--submit): `backlog` (default) freezes the scheduler under test (SIGSTOP: kube-scheduler,
+or the operator, which runs without leader election here) while the pool creates all its pods or
+TrainingJobs, then resumes it and times from the resume to the last bind: this measures how fast
+each one drains a queue. `live` times from the first create, with the scheduler running: then the
+pool's own pace bounds all three (TrainingJobs, checked against their CRD schema, are created
+more slowly than pods), and gpuq was measured keeping pace (admission p50 1.3 s behind submission).
+The cluster has room for every job (--nodes: by default the mix's GPUs + 15%, racks of 16), so
+every pod counts.
 Client limits: kube-scheduler runs with 200 qps, burst 400 (the dev cluster raises its 50/100
 defaults so a burst of fake nodes and pods is not bound by them; it only binds, the pool creates its
 pods), gpuq with its defaults, the same 200/400 (it creates the pods, writes job status and
@@ -26,7 +33,7 @@ status updates, the controller-manager), Lease renewals excepted, divided by the
 gpuq phase's are split by resource.
 Times are client-side (watch events), so they include watch delivery.
 
-Reproduce: .venv/bin/python bench/e2e_throughput.py [--nodes 256] [--jobs 1000] [--mix philly|gangs]
+Reproduce: .venv/bin/python bench/e2e_throughput.py [--jobs 1000] [--mix philly|gangs] [--submit backlog|live]
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ MIXES = {
     "gangs": ((1, 1, 1 / 3), (8, 1, 1 / 3), (8, 4, 1 / 3)),
 }
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
+SCHEDULER = "default-scheduler"
 
 
 def shape_for(nodes: int) -> Shape:
@@ -78,6 +86,12 @@ def shape_for(nodes: int) -> Shape:
         raise SystemExit(f"--nodes {nodes}: must be < 16 or a multiple of 16 (racks of 16 nodes)")
     racks = nodes // per_rack
     return Shape(racks=racks, nodes_per_rack=per_rack, gpus_per_node=8, blocks=min(4, racks), zones=1)
+
+
+def nodes_for(mix: list[tuple[int, int]], headroom: float = 1.15) -> int:
+    """Nodes (racks of 16 x 8 GPUs) with room for every job of the mix, so all pods count."""
+    gpus = sum(r * g for r, g in mix) * headroom
+    return max(16, -(-int(gpus) // (8 * 16)) * 16)
 
 
 def job_mix(n: int, mix: str = "philly", seed: int = 1) -> list[tuple[int, int]]:
@@ -187,7 +201,7 @@ def wait_settled(watchers: list[Watcher], done: Callable[[], bool], timeout: flo
 
 
 def measure_gpuq(
-    gpuq: GpuqClient, op: OperatorProcess, mix: list[tuple[int, int]], timeout: float
+    gpuq: GpuqClient, op: OperatorProcess, mix: list[tuple[int, int]], timeout: float, backlog: bool
 ) -> dict[str, Any]:
     jobs = len(mix)
     custom = gpuq.custom
@@ -209,21 +223,28 @@ def measure_gpuq(
         submitted[name] = time.monotonic()
         gpuq.submit(NS_GPUQ, name, QUEUE, replicas, gpus)
 
-    t0 = time.monotonic()
+    t_submit = time.monotonic()
+    if backlog:
+        op.pause()  # frozen while the backlog is created, as kube-scheduler is in its phase
     in_pool(submit, enumerate(mix))
     t_submitted = time.monotonic()
+    if backlog:
+        op.resume()
+    t0 = time.monotonic() if backlog else t_submit
+    for w in (running, bound):
+        w.last_change = max(w.last_change, t0)  # settling counts from when the scheduler could act
     wait_settled([running, bound], lambda: len(running.first) == jobs, timeout)
     cpu = cpu_seconds(pid) - cpu0
     rss = peak_rss_mib(pid)
     for w in (admitted, running, bound):
         w.stop()
-    latencies = [running.first[j] - submitted[j] for j in running.first]
+    latencies = [running.first[j] - max(submitted[j], t0) for j in running.first]
     pods_total = sum(r for r, _ in mix)
     return {
         "jobs": jobs,
         "pods_total": pods_total,
         "gpus_total": sum(r * g for r, g in mix),
-        "submit_s": t_submitted - t0,
+        "submit_s": t_submitted - t_submit,
         "admitted": len(admitted.first),
         "admitted_rate": len(admitted.first) / max(max(admitted.first.values(), default=t0) - t0, 1e-9),
         "running": len(running.first),
@@ -253,11 +274,21 @@ def measure_raw(core: k8s.CoreV1Api, ns: str, nodes: list[str], n: int) -> float
     return n / (time.monotonic() - t0)
 
 
-def measure_scheduler(core: k8s.CoreV1Api, ns: str, n: int, timeout: float) -> tuple[float, int]:
-    """Pods bound per second by kube-scheduler: first create until all bound (or timeout)."""
+def measure_scheduler(
+    dev: Cluster, core: k8s.CoreV1Api, ns: str, n: int, timeout: float, backlog: bool
+) -> tuple[float, int]:
+    """Pods bound per second by kube-scheduler: from its resume (backlog) or the first create
+    until all are bound (or timeout)."""
     bound = Watcher(core.list_namespaced_pod, ns, pod_bound)
     t0 = time.monotonic()
-    in_pool(lambda i: core.create_namespaced_pod(ns, plain_pod(f"s{i:05d}", "default-scheduler")), range(n))
+    if backlog:
+        dev.pause_component("kube-scheduler")
+    try:
+        in_pool(lambda i: core.create_namespaced_pod(ns, plain_pod(f"s{i:05d}", SCHEDULER)), range(n))
+    finally:
+        if backlog:
+            dev.resume_component("kube-scheduler")
+            t0 = time.monotonic()
     with contextlib.suppress(TimeoutError):
         wait_for(lambda: len(bound.first) >= n, timeout, "kube-scheduler binding the baseline pods", 0.1)
     bound.stop()
@@ -276,17 +307,27 @@ def phase(dev: Cluster, run: Callable[[], Any]) -> tuple[Any, Counter[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=256, help="kwok nodes x 8 GPUs, racks of 16 (default 256)")
+    ap.add_argument(
+        "--nodes", type=int, default=0, help="kwok nodes x 8 GPUs, racks of 16 (default: room for every job)"
+    )
+    ap.add_argument(
+        "--submit",
+        choices=("backlog", "live"),
+        default="backlog",
+        help="backlog (default): each scheduler is frozen while its pods/jobs are created, then drains "
+        "them; live: it schedules while the pool submits (the pool's pace then bounds all three)",
+    )
     ap.add_argument("--jobs", type=int, default=1000, help="TrainingJobs to submit (default 1000)")
     ap.add_argument("--mix", choices=sorted(MIXES), default="philly", help="job shapes (default philly)")
     ap.add_argument("--timeout", type=float, default=900, help="max seconds to wait for jobs to settle")
     args = ap.parse_args(argv)
     logs.configure("WARNING")
-    shape = shape_for(args.nodes)
+    mix = job_mix(args.jobs, args.mix)
+    shape = shape_for(args.nodes or nodes_for(mix))
+    backlog = args.submit == "backlog"
     cmd = "bench/e2e_throughput.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     print(f"# e2e throughput   reproduce: .venv/bin/python {cmd}".rstrip(), flush=True)
-    print(f"cluster: {shape.describe()}", flush=True)
-    mix = job_mix(args.jobs, args.mix)
+    print(f"cluster: {shape.describe()}; submit: {args.submit}", flush=True)
     n = sum(r for r, _ in mix)
     t_up = time.monotonic()
     dev = Cluster.up(f"bench-e2e-{os.getpid()}", shape, tie_to_process=True, timeout=600)
@@ -312,15 +353,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"raw {k}: {raws[-1][0]:.1f} pods/s", flush=True)
 
         def sched_phase(k: int) -> None:
-            scheds.append(phase(dev, lambda: measure_scheduler(core, f"bench-sched-{k}", n, args.timeout)))
+            scheds.append(
+                phase(dev, lambda: measure_scheduler(dev, core, f"bench-sched-{k}", n, args.timeout, backlog))
+            )
             print(f"kube-scheduler {k}: {scheds[-1][0][0]:.1f} pods/s", flush=True)
 
         raw_phase(1)
         sched_phase(1)
         work = Path(tempfile.mkdtemp(prefix="gpuq-bench-e2e-"))
-        op = OperatorProcess(dev.kubeconfig, work / "operator.log", log_level="WARNING").start()
+        # One operator: no election, so freezing it during the backlog's creation costs no lease.
+        op = OperatorProcess(
+            dev.kubeconfig, work / "operator.log", log_level="WARNING", extra_args=("--no-leader-elect",)
+        ).start()
         time.sleep(3)  # let the operator list the cluster before the burst
-        g, g_writes = phase(dev, lambda: measure_gpuq(gpuq, op, mix, args.timeout))
+        g, g_writes = phase(dev, lambda: measure_gpuq(gpuq, op, mix, args.timeout, backlog))
         op.stop()
         print(f"gpuq: {g['bound_rate']:.1f} pods/s", flush=True)
         sched_phase(2)

@@ -45,6 +45,7 @@ BUSY_RETRY_SECONDS = 1.0  # a pending job's status update skipped while a write 
 
 ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
 MAX_PAUSE_SECONDS = 1.0  # load-adaptive pacing never delays a cycle by more than this
+PACE_FACTOR = 2.0  # under load, wait this many times the last cycle's duration before the next
 
 
 @dataclasses.dataclass
@@ -162,9 +163,10 @@ class SchedulingLoop:
                 self.mark_dirty()
 
     def _pause(self) -> float:
-        """The wait before a cycle: the debounce, or as long as the last cycle took, whichever is
-        longer, so under load cycles take at most about half the CPU and writes keep their share."""
-        return max(self.debounce, min(self._last_cycle_s, MAX_PAUSE_SECONDS))
+        """The wait before a cycle: the debounce, or twice as long as the last cycle took, whichever
+        is longer, so under load cycles take at most a third of a core and the writer, the watches
+        and the API server (on the same machine, often) keep the rest."""
+        return max(self.debounce, min(PACE_FACTOR * self._last_cycle_s, MAX_PAUSE_SECONDS))
 
     # -- one cycle ----------------------------------------------------------------------------
     def cycle(self) -> Decisions:

@@ -47,8 +47,10 @@ OLD_PODS_TIMEOUT = 60.0
 NORMAL_EVENTS_PER_SECOND = 5.0
 NORMAL_EVENTS_BURST = 50
 # Gangs being created and bound at once. Bounded so that, under a burst, early admissions finish
-# early instead of all advancing in lockstep; the API server's throughput is the same either way.
-ADMISSIONS_IN_FLIGHT = 16
+# early instead of all advancing in lockstep. Each pod create waits ~0.3 s on a loaded API server,
+# so 16 in flight capped a burst at ~45 pods/s on our 2-core bench; 64 (the client's connection
+# limit) reached ~68, and 128 no more (bench/e2e_throughput.py).
+ADMISSIONS_IN_FLIGHT = 64
 
 
 class AdmissionFailed(Exception):

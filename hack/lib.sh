@@ -1,0 +1,49 @@
+# Shared by the hack/ build scripts (source it): logging, and Go builds into $BIN_DIR that are
+# skipped when the binary is cached. Callers set BIN_DIR, LOG_DIR and TIMES (build-times.tsv).
+
+log() { printf '[gpuq build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { printf 'gpuq build: error: %s\n' "$*" >&2; exit 1; }
+
+need_go() {
+  command -v go >/dev/null 2>&1 || die "Go is not installed (need Go >= 1.26 on PATH to build the local control plane)"
+}
+
+# record NAME SECONDS: one line per binary actually built, so cold-build cost stays known later.
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(date -u +%FT%TZ)" "$(nproc 2>/dev/null || echo ?)" >>"$TIMES"; }
+
+# k8s_ldflags VERSION: the version stamps Kubernetes' own build sets.
+k8s_ldflags() {
+  local version=$1 minor pkg flags="-s -w"
+  minor="${version#v1.}"; minor="${minor%%.*}"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X ${pkg}.gitVersion=${version} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
+    flags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
+  done
+  printf '%s' "$flags"
+}
+
+# build NAME MODULE_DIR PACKAGE LDFLAGS [TAGS] [CGO_ENABLED]: `go build` PACKAGE inside the
+# wrapper module MODULE_DIR (use "-" and PACKAGE@VERSION to `go install` a module instead).
+build() {
+  local name="$1" dir="$2" pkg="$3" ldflags="$4" tags="${5:-}" cgo="${6:-0}" logf="$LOG_DIR/$1.log" t0 ok
+  if [[ -x "$BIN_DIR/$name" ]]; then log "$name: cached"; return; fi
+  need_go
+  t0=$SECONDS
+  log "$name: building $pkg (log: $logf)"
+  if [[ "$dir" == - ]]; then
+    local tmp; tmp=$(mktemp -d)
+    (cd "$tmp" && CGO_ENABLED=$cgo GOBIN="$tmp" go install -trimpath -tags "$tags" -ldflags "$ldflags" "$pkg") \
+      >"$logf" 2>&1 && mv "$tmp/$(basename "${pkg%@*}")" "$BIN_DIR/$name.tmp" && ok=1 || ok=0
+    rm -rf "$tmp"
+  else
+    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$BIN_DIR/$name.tmp" "$pkg") \
+      >"$logf" 2>&1 && ok=1 || ok=0
+  fi
+  if [[ $ok != 1 ]]; then
+    tail -n 20 "$logf" >&2
+    die "building $name failed; full log: $logf"
+  fi
+  mv "$BIN_DIR/$name.tmp" "$BIN_DIR/$name"
+  record "$name" "$((SECONDS - t0))"
+  log "$name: built in $((SECONDS - t0))s"
+}
