@@ -7,9 +7,11 @@ Backend, chosen with GPUQ_E2E_CLUSTER:
             session being killed (Linux). Shape: 2 zones x 2 blocks x 2 racks x 2 nodes x 8 GPUs, so
             every topology level is distinct; GPUQ_E2E_SHAPE="racks=4,nodes_per_rack=4,blocks=2,zones=1"
             overrides it. After a failed session the control-plane logs are kept and their path printed.
-  kind      pytest-kind-ng (the `kind` extra; needs Docker): e2e/kind/cluster.yaml; workers carry the
-            topology labels and get nvidia.com/gpu patched into their status. fail_node pauses the
-            node's container.
+  kind      pytest-kind-ng (the `kind` extra) with kind, a node image and the operator and kwok images
+            built here (hack/kind/, `make e2e-kind`; podman or docker): one kind node
+            (e2e/kind/cluster.yaml) running kwok, which simulates the same GPU fleet as `local`;
+            fail_node stops a node's heartbeat as locally. Tests in test_incluster.py run the
+            operator in the cluster as its Deployment.
   existing  the cluster of $KUBECONFIG (or ~/.kube/config). If that is a gpuq dev cluster
             (`gpuq cluster up`), everything works as with `local`; elsewhere can_fail_nodes and
             simulated_pods are False and tests needing them skip.
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -41,12 +42,14 @@ from kubernetes import config as k8s_config
 
 from gpuq.controller.testing import ensure_namespace
 from gpuq.devcluster import Cluster, Shape, ensure_binaries
-from gpuq.devcluster.shape import GPU_RESOURCE, RACK_LABEL
+from gpuq.devcluster.binaries import pinned_versions
+from gpuq.devcluster.kindcluster import KindFleet
 from gpuq.devcluster.testing import E2ECluster, wait_for
 
 E2E_SHAPE = Shape(racks=8, nodes_per_rack=2, gpus_per_node=8, blocks=4, zones=2)
+ROOT = Path(__file__).resolve().parents[1]
 KIND_CONFIG = Path(__file__).parent / "kind" / "cluster.yaml"
-KIND_GPUS_PER_NODE = 8
+KIND_CLUSTER = "gpuq-e2e"
 
 
 def _client(kubeconfig: Path) -> k8s.ApiClient:
@@ -97,46 +100,49 @@ def _existing(_session: pytest.Session) -> Iterator[E2ECluster]:
         yield E2ECluster("existing", kubeconfig, _client(kubeconfig), simulated_pods=False)
 
 
-def _docker(*args: str) -> None:
-    subprocess.run(["docker", *args], check=True, capture_output=True)
+def _hack(script: str) -> str:
+    """Run a hack/ build script (cached: fast once built; progress on stderr); its last line."""
+    out = subprocess.run(["bash", str(ROOT / "hack" / script)], check=True, stdout=subprocess.PIPE, text=True)
+    return out.stdout.strip().splitlines()[-1]
 
 
 @contextlib.contextmanager
-def _kind(_session: pytest.Session) -> Iterator[E2ECluster]:
+def _kind(session: pytest.Session) -> Iterator[E2ECluster]:
     try:
         from pytest_kind import KindCluster  # the `kind` extra: pip install -e '.[kind]'
     except ImportError:
         pytest.fail("GPUQ_E2E_CLUSTER=kind needs pytest-kind-ng: pip install -e '.[kind]'")
-    if shutil.which("docker") is None:
-        pytest.fail("GPUQ_E2E_CLUSTER=kind needs Docker on PATH")
-    kind = KindCluster("gpuq-e2e")
+    # kind, its node image and the images it loads, all built here (hack/kind/): a laptop with
+    # Docker may set GPUQ_KIND_NODE_IMAGE=kindest/node:v1.36.x instead of building the node image.
+    kind_sh = ROOT / "hack" / "kind" / "kind.sh"
+    node_image = os.environ.get("GPUQ_KIND_NODE_IMAGE") or _hack("kind/node-image.sh")
+    images = Path(_hack("kind/images.sh"))
+    kind = KindCluster(KIND_CLUSTER, image=node_image, kind_path=kind_sh)
     kind.create(config_file=KIND_CONFIG)
+    failed = True
     try:
-        kubeconfig = Path(kind.kubeconfig_path)
-        api = _client(kubeconfig)
-        _advertise_gpus(k8s.CoreV1Api(api), KIND_GPUS_PER_NODE)
-        # A kind node is a container named after the node: pausing it freezes the kubelet, so its
-        # heartbeat stops just as on a dead machine.
+        for archive in sorted(images.glob("*.tar")):
+            subprocess.run([str(kind_sh), "load", "image-archive", str(archive), "--name", KIND_CLUSTER],
+                           check=True, capture_output=True)  # fmt: skip
+        kubeconfig = Path(kind.kubeconfig_path).resolve()
+        shape = e2e_shape()
+        fleet = KindFleet(kubeconfig, Path(kind.path) / "certs")
+        fleet.start(shape, f"localhost/gpuq/kwok:{pinned_versions()['KWOK_VERSION']}")
         yield E2ECluster(
             "kind",
             kubeconfig,
-            api,
-            simulated_pods=False,
-            _fail=lambda node: _docker("pause", node),
-            _recover=lambda node: _docker("unpause", node),
+            _client(kubeconfig),
+            simulated_pods=True,
+            shape=shape,
+            _fail=fleet.fail_node,
+            _recover=fleet.recover_node,
         )
+        failed = session.testsfailed > 0
     finally:
-        kind.delete()
-
-
-def _advertise_gpus(core: k8s.CoreV1Api, gpus: int) -> None:
-    """Extended resources are advertised by patching node status, which is what a device plugin's
-    kubelet does for real; the kubelet keeps them."""
-    quantity = {GPU_RESOURCE: str(gpus)}
-    for node in core.list_node(label_selector=RACK_LABEL).items:
-        core.patch_node_status(
-            node.metadata.name, {"status": {"capacity": quantity, "allocatable": quantity}}
-        )
+        if failed and os.environ.get("GPUQ_KIND_KEEP_ON_FAILURE"):
+            print(f"\nkind cluster {KIND_CLUSTER} kept: {kind_sh} export kubeconfig --name {KIND_CLUSTER}")
+        else:
+            kind.delete()
 
 
 BACKENDS: dict[str, Callable[[pytest.Session], contextlib.AbstractContextManager[E2ECluster]]] = {

@@ -18,12 +18,12 @@ import ssl
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from gpuq.devcluster import components as comp
+from gpuq.devcluster import fakenodes
 from gpuq.devcluster.binaries import ensure_binaries
 from gpuq.devcluster.errors import DevClusterError
 from gpuq.devcluster.paths import ClusterPaths, clusters_root, validate_name
@@ -32,12 +32,10 @@ from gpuq.devcluster.processes import ProcessRecord, alive, log_tail, spawn, sto
 from gpuq.devcluster.rest import ApiError, Rest
 from gpuq.devcluster.shape import (
     GPU_RESOURCE,
-    HEARTBEAT_LABEL,
     HEARTBEAT_OFF,
     HEARTBEAT_ON,
     RACK_LABEL,
     Shape,
-    node_manifest,
 )
 from gpuq.logs import get_logger
 
@@ -49,7 +47,6 @@ def _log() -> Any:
 
 Progress = Callable[[str], None]
 OPERATOR_NAMESPACE = "gpuq-system"
-_UNREADY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 _PORT_ATTEMPTS = 3
 
 
@@ -87,13 +84,6 @@ class ClusterStatus:
             and self.nodes_total is not None
             and self.nodes_ready == self.nodes_total
         )
-
-
-def _node_ready(node: dict[str, Any]) -> bool:
-    conditions = node.get("status", {}).get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    taints = node.get("spec", {}).get("taints") or []
-    return ready and not any(t.get("key") in _UNREADY_TAINTS for t in taints)
 
 
 def _natural(name: str) -> list[Any]:
@@ -345,13 +335,7 @@ class Cluster:
             time.sleep(0.1)
 
     def _create_nodes(self, rest: Rest) -> None:
-        shape = self.shape
-
-        def create(manifest: dict[str, Any]) -> None:
-            rest.json("POST", "/api/v1/nodes", manifest, ok=(409,))
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(create, [node_manifest(n, shape) for n in shape.nodes()]))
+        fakenodes.create_nodes(rest, self.shape)
         # The operator's own namespace (its leader-election Lease and config live there), as
         # `kubectl apply -k manifests/` would create it, so `gpuq operator run` works at once.
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
@@ -359,7 +343,7 @@ class Cluster:
 
     def _count_ready(self, rest: Rest) -> bool:
         nodes = rest.get("/api/v1/nodes")["items"]
-        return sum(_node_ready(n) for n in nodes) >= self.shape.node_count
+        return sum(fakenodes.node_ready(n) for n in nodes) >= self.shape.node_count
 
     @classmethod
     def attach(cls, name: str = "gpuq") -> Cluster:
@@ -495,11 +479,11 @@ class Cluster:
         not_ready: tuple[str, ...] = ()
         with contextlib.suppress(OSError, ApiError, ValueError):
             nodes = self.rest(timeout=3.0).get("/api/v1/nodes")["items"]
-            ready_nodes = [n for n in nodes if _node_ready(n)]
+            ready_nodes = [n for n in nodes if fakenodes.node_ready(n)]
             total, ready = len(nodes), len(ready_nodes)
             gpus = sum(int(n["status"].get("allocatable", {}).get(GPU_RESOURCE, 0)) for n in ready_nodes)
             not_ready = tuple(
-                sorted((n["metadata"]["name"] for n in nodes if not _node_ready(n)), key=_natural)
+                sorted((n["metadata"]["name"] for n in nodes if not fakenodes.node_ready(n)), key=_natural)
             )
         return ClusterStatus(self.name, self.server, self.kubeconfig, comps, total, ready, gpus, not_ready)
 
@@ -516,7 +500,7 @@ class Cluster:
         }
 
     def node_ready(self, node: str) -> bool:
-        return _node_ready(self._get_node(node))
+        return fakenodes.node_ready(self._get_node(node))
 
     # -- faults -------------------------------------------------------------------------------
     def fail_node(self, node: str, wait: float | None = None) -> None:
@@ -531,52 +515,22 @@ class Cluster:
         self._set_heartbeat(node, HEARTBEAT_ON, expect_ready=True, wait=wait)
 
     def wait_node(self, node: str, ready: bool, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self.node_ready(node) != ready:
-            if time.monotonic() > deadline:
-                state = "Ready" if ready else "NotReady"
-                raise DevClusterError(
-                    f"node {node} did not become {state} within {timeout:.0f}s",
-                    self.paths.log("kube-controller-manager"),
-                )
-            time.sleep(0.2)
+        try:
+            fakenodes.wait_node(self.rest(), node, ready, timeout, self._where)
+        except DevClusterError as exc:
+            raise DevClusterError(str(exc), self.paths.log("kube-controller-manager")) from None
+
+    @property
+    def _where(self) -> str:
+        return f"cluster {self.name!r} (see `kubectl get nodes` with KUBECONFIG={self.kubeconfig})"
 
     def _get_node(self, node: str) -> dict[str, Any]:
-        status, text = self.rest().call("GET", f"/api/v1/nodes/{node}")
-        if status == 404:
-            raise DevClusterError(
-                f"no node named {node!r} in cluster {self.name!r} "
-                f"(see `kubectl get nodes` with KUBECONFIG={self.kubeconfig})"
-            )
-        if status != 200:
-            raise DevClusterError(f"cannot read node {node!r}: HTTP {status} {text[:200]}")
-        result: dict[str, Any] = json.loads(text)
-        return result
+        return fakenodes.get_node(self.rest(), node, self._where)
 
     def _set_heartbeat(self, node: str, value: str, expect_ready: bool, wait: float | None) -> None:
-        labels = self._get_node(node)["metadata"].get("labels", {})
-        if HEARTBEAT_LABEL not in labels:
-            raise DevClusterError(f"node {node!r} is not a simulated gpuq node (no {HEARTBEAT_LABEL} label)")
-        rest = self.rest()
-        rest.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {HEARTBEAT_LABEL: value}}})
-        _log().info("devcluster.heartbeat", cluster=self.name, node=node, heartbeat=value)
-        if value == HEARTBEAT_ON:
-            self._resync_pods(rest, node)
+        fakenodes.set_heartbeat(self.rest(), node, value, self._where)
         if wait is not None:
             self.wait_node(node, expect_ready, wait)
-
-    def _resync_pods(self, rest: Rest, node: str) -> None:
-        """A kubelet coming back syncs every pod bound to its node; kwok only acts on pod events, so a
-        pod bound while the node was down would stay Pending forever. Touch each such pod once."""
-        pods = rest.get(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")["items"]
-        for pod in pods:
-            md = pod["metadata"]
-            if pod.get("status", {}).get("phase", "Pending") == "Pending" and "deletionTimestamp" not in md:
-                with contextlib.suppress(ApiError):
-                    rest.merge_patch(
-                        f"/api/v1/namespaces/{md['namespace']}/pods/{md['name']}",
-                        {"metadata": {"annotations": {"gpuq.dev/sim-resync": str(time.time())}}},
-                    )
 
 
 def _pid_alive(pid: int) -> bool:

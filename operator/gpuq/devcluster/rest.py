@@ -4,11 +4,15 @@ and the operator use the real kubernetes client."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
 import ssl
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+import yaml
 
 from gpuq.devcluster.pki import KeyPair
 
@@ -26,6 +30,24 @@ class Rest:
         self.timeout = timeout
         self._tls = ssl.create_default_context(cafile=str(ca.cert) if ca else None)
         self._tls.load_cert_chain(str(client.cert), str(client.key))
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: Path, workdir: Path, timeout: float = 10.0) -> Rest:
+        """A client for the current context of a kubeconfig with inline certificates (kind's),
+        whose CA and client pair are written to files in `workdir` (ssl wants paths)."""
+        config = yaml.safe_load(kubeconfig.read_text())
+        ctx = next(c for c in config["contexts"] if c["name"] == config["current-context"])["context"]
+        cluster = next(c for c in config["clusters"] if c["name"] == ctx["cluster"])["cluster"]
+        user = next(u for u in config["users"] if u["name"] == ctx["user"])["user"]
+        workdir.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for name, key in (("ca.crt", "certificate-authority-data"), ("client.crt", "client-certificate-data"),
+                          ("client.key", "client-key-data")):  # fmt: skip
+            path = files[name] = workdir / name
+            path.write_bytes(base64.b64decode((cluster if name == "ca.crt" else user)[key]))
+            path.chmod(0o600)
+        ca = KeyPair(files["ca.crt"], files["ca.crt"])
+        return cls(cluster["server"], ca, KeyPair(files["client.crt"], files["client.key"]), timeout)
 
     def call(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json"
