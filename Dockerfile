@@ -17,6 +17,9 @@ LABEL org.opencontainers.image.title="gpuq" \
       org.opencontainers.image.description="Kubernetes operator scheduling distributed training on GPU clusters" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/gpuq /opt/gpuq
+# The non-root user, named (as distroless' nonroot): kopf identifies itself by user name.
+RUN echo 'nonroot:x:65532:65532:nonroot:/tmp:/usr/sbin/nologin' >> /etc/passwd \
+ && echo 'nonroot:x:65532:' >> /etc/group
 # Nothing is written at run time (bytecode is compiled above), so the root filesystem can be
 # read-only; HOME points at /tmp, the one writable place the Deployment mounts.
 ENV PATH=/opt/gpuq/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/tmp

@@ -18,7 +18,7 @@ TORCH_DEP := torch
 TORCH_ENV := GPUQ_TORCH_PYTHON=$(TORCH_VENV)/bin/python
 endif
 
-.PHONY: venv binaries torch test unit e2e lint cluster-up cluster-down demo bench clean image
+.PHONY: venv binaries torch test unit e2e e2e-kind kind-node-image lint cluster-up cluster-down demo bench clean image
 
 venv: $(VENV)/.installed
 
@@ -52,13 +52,30 @@ e2e: venv binaries
 	$(BIN)/pytest -q e2e
 
 # The README's test command: lint, unit/property tests, then e2e against a real local control plane.
+# kind e2e: kind, its node image (offline: Debian packages + Go modules, cached by version) and the
+# operator and kwok images, then the suites on a one-node kind cluster with the operator in-cluster.
+KIND_SUITES := e2e/test_incluster.py e2e/test_operator_install.py e2e/test_operator.py \
+	e2e/test_constraints.py e2e/test_failover.py
+kind-node-image:
+	@bash hack/kind/node-image.sh
+
+e2e-kind: venv binaries kind-node-image
+	@bash hack/kind/images.sh >/dev/null
+	GPUQ_E2E_CLUSTER=kind $(BIN)/pytest -q $(KIND_SUITES)
+
 # The operator image is built first when a container engine can be had (GPUQ_REQUIRE_IMAGE=1, as in
 # .ci/run, makes a failed build fatal); without one, the tests that run the image skip and say why.
+# Then the kind suites (make e2e-kind), where a kind node can be built and run (GPUQ_REQUIRE_KIND=1
+# makes that fatal; GPUQ_KIND=0 skips them).
 test: venv binaries lint $(TORCH_DEP)
 	@if bash hack/image.sh $(IMAGE); then export GPUQ_E2E_OPERATOR_IMAGE=$(IMAGE); \
 	elif [ -n "$$GPUQ_REQUIRE_IMAGE" ]; then exit 1; \
 	else echo "== no operator image: the tests that run it skip"; fi; \
 	$(TORCH_ENV) $(BIN)/pytest -q tests e2e
+	@if [ "$${GPUQ_KIND:-1}" = 0 ]; then echo "== GPUQ_KIND=0: the kind e2e suites are skipped"; \
+	elif bash hack/kind/node-image.sh >/dev/null; then $(MAKE) --no-print-directory e2e-kind; \
+	elif [ -n "$$GPUQ_REQUIRE_KIND" ]; then exit 1; \
+	else echo "== no kind node image could be built here: the kind e2e suites are skipped"; fi
 
 cluster-up: venv binaries
 	$(BIN)/gpuq cluster up --racks $(RACKS) --nodes-per-rack $(NODES_PER_RACK) --gpus-per-node $(GPUS_PER_NODE)

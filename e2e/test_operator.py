@@ -327,6 +327,10 @@ def api_rejects(gpuq: GpuqClient, ns: str, body: dict[str, Any]) -> str:
     return str(err.value.body)
 
 
+def warnings(gpuq: GpuqClient, ns: str, job: str) -> set[str]:
+    return {e.reason for e in gpuq.events(ns, job) if e.type == "Warning"}
+
+
 def test_invalid_objects_are_rejected_or_explained(
     cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
 ) -> None:
@@ -357,7 +361,8 @@ def test_invalid_objects_are_rejected_or_explained(
         cond = wait_for(lambda job=job: gpuq.condition(ns, job, "Blocked"), 30, f"{job} Blocked")
         assert cond["reason"] == reason and fragment in cond["message"], (job, cond)
         assert gpuq.status(ns, job)["phase"] == "Queued" and not gpuq.pods(ns, job)
-        assert reason in {e.reason for e in gpuq.events(ns, job) if e.type == "Warning"}
+        # The Event is written after the status, so it may land a moment later.
+        wait_for(lambda j=job, r=reason: r in warnings(gpuq, ns, j), 10, f"{job}: a Warning Event {reason}")
     # Fixing the cause unblocks the job.
     gpuq.create_queue("no-such-queue", 8)
     try:
