@@ -91,15 +91,21 @@ def throttle_apiserver(run: ChaosRun, seconds: float, inflight: int = 4, mutatin
     return {"inflight": inflight, "mutating": mutating, "throttled_s": seconds}
 
 
+SETTLED_SECONDS = 10.0  # every node Ready this long in a row before the next node fault
+
+
 def nodes_not_ready(run: ChaosRun, fraction: float, seconds: float, seed: int = 7) -> dict[str, Any]:
     """A fraction of the nodes NotReady at once (their kubelets stop), then back. Counts the gang
     restarts that happened meanwhile: gpuq should see a disruption and restart none."""
     names = sorted(n.metadata.name for n in run.core.list_node().items)
     down = random.Random(seed).sample(names, max(1, round(len(names) * fraction)))
-    # Start from a settled cluster: nodes still NotReady after the previous fault (an API-server
-    # restart stops every heartbeat for a while) belong to that fault, not to this one.
-    settle = time.monotonic() + 60
-    while time.monotonic() < settle and not all(run.cluster.node_ready(n) for n in names):
+    # Start from a settled cluster: nodes NotReady after the previous fault (an API-server restart
+    # stops every heartbeat for a while; after a 429 storm some heartbeats lag and nodes flap)
+    # belong to that fault, not to this one. Settled: every node Ready for 10 s in a row.
+    settle, stable_since = time.monotonic() + 120, time.monotonic()
+    while time.monotonic() < settle and time.monotonic() - stable_since < SETTLED_SECONDS:
+        if not all(run.cluster.node_ready(n) for n in names):
+            stable_since = time.monotonic()
         time.sleep(0.5)
     before = run.restarts()
     _each(run.cluster.fail_node, down)
