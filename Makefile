@@ -60,8 +60,8 @@ kind-node-image:
 	@bash hack/kind/node-image.sh
 
 e2e-kind: venv binaries kind-node-image
-	@bash hack/kind/images.sh >/dev/null
-	GPUQ_E2E_CLUSTER=kind $(BIN)/pytest -q $(KIND_SUITES)
+	@images=$$(bash hack/kind/images.sh | tail -1) && \
+	GPUQ_E2E_CLUSTER=kind GPUQ_KIND_IMAGES=$$images GPUQ_E2E_OPERATOR_IMAGE=$(IMAGE) $(BIN)/pytest -q $(KIND_SUITES)
 
 # The operator image is built first when a container engine can be had (GPUQ_REQUIRE_IMAGE=1, as in
 # .ci/run, makes a failed build fatal); without one, the tests that run the image skip and say why.

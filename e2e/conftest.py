@@ -116,7 +116,7 @@ def _kind(session: pytest.Session) -> Iterator[E2ECluster]:
     # Docker may set GPUQ_KIND_NODE_IMAGE=kindest/node:v1.36.x instead of building the node image.
     kind_sh = ROOT / "hack" / "kind" / "kind.sh"
     node_image = os.environ.get("GPUQ_KIND_NODE_IMAGE") or _hack("kind/node-image.sh")
-    images = Path(_hack("kind/images.sh"))
+    images = Path(os.environ.get("GPUQ_KIND_IMAGES") or _hack("kind/images.sh"))
     kind = KindCluster(KIND_CLUSTER, image=node_image, kind_path=kind_sh)
     kind.create(config_file=KIND_CONFIG)
     failed = True

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+import test_operator_install as install
 from gpuq.api.meta import LABEL_RANK
 from gpuq.controller.testing import GpuqClient
-from gpuq.devcluster.binaries import bin_dir
 from gpuq.devcluster.shape import FakeNode, node_manifest
 from gpuq.devcluster.testing import E2ECluster, wait_for
 
@@ -29,7 +29,7 @@ LEASE = "gpuq-operator"
 
 def kubectl(cluster: E2ECluster, *args: str) -> str:
     out = subprocess.run(
-        [str(bin_dir() / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), *args],
+        [install.kubectl(cluster), "--kubeconfig", str(cluster.kubeconfig), *args],
         check=True,
         capture_output=True,
         text=True,

@@ -27,10 +27,12 @@ phase = shared.phase
 
 
 def kubectl(cluster: E2ECluster) -> str:
-    if cluster.backend == "local":
-        from gpuq.devcluster.binaries import bin_dir
+    """The kubectl built with the local control plane (make test builds it), else the one on PATH."""
+    from gpuq.devcluster.binaries import bin_dir
 
-        return str(bin_dir() / "kubectl")
+    built = bin_dir() / "kubectl"
+    if built.exists():
+        return str(built)
     found = shutil.which("kubectl")
     if found is None:
         pytest.skip("kubectl not on PATH")

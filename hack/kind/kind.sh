@@ -6,10 +6,10 @@
 set -euo pipefail
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN=$(bash "$HACK_DIR/kind/build.sh" 2>/dev/null | tail -1)
-engine=$(bash "$HACK_DIR/container-engine.sh")
-if [[ "$engine" == *podman ]]; then
+read -r -a engine <<< "$(bash "$HACK_DIR/container-engine.sh")"  # [env VAR=VALUE] podman|docker
+if [[ "${engine[-1]}" == podman ]]; then
   export KIND_EXPERIMENTAL_PROVIDER=podman
-  [[ "$engine" != env\ CONTAINERS_CONF=* ]] || { conf=${engine#env CONTAINERS_CONF=}; export CONTAINERS_CONF=${conf% podman}; }
+  [[ "${engine[0]}" != env ]] || export "${engine[1]}"
 fi
 [[ -d /lib/modules ]] || mkdir -p /lib/modules
 exec "$BIN/kind" "$@"

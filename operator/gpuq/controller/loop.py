@@ -172,20 +172,14 @@ class SchedulingLoop:
     def cycle(self) -> Decisions:
         """One cycle with the core run inline (tests and benchmarks drive this)."""
         prep = self._prepare()
-        return self._finish(prep, self._decide(prep))
+        return self._finish(prep, self._core(prep))
 
     async def cycle_async(self) -> Decisions:
         """One cycle with the core run in a worker thread: it works on an immutable snapshot, and the
         event loop keeps serving watch events, lease renewals and extender calls meanwhile (a long
         cycle at 10k nodes would otherwise stall all three). Only one cycle runs at a time."""
         prep = self._prepare()
-        t0 = time.perf_counter()
-        try:
-            decisions = await asyncio.to_thread(self.schedule, prep.view.snapshot, prep.now, self.config)
-        except Exception as exc:
-            prep.view, decisions = self._schedule_without_culprits(prep, exc)
-        self.metrics.schedule.observe(time.perf_counter() - t0)
-        return self._finish(prep, decisions)
+        return self._finish(prep, await asyncio.to_thread(self._core, prep))
 
     def _prepare(self) -> _Prepared:
         """Everything before the core: the snapshot, node health, lifecycles and preemptions."""
@@ -204,19 +198,24 @@ class SchedulingLoop:
         self._advance_preemptions(now, view, failed)
         return _Prepared(started, now, evicting, generations, view, disruptions, failed)
 
-    def _decide(self, prep: _Prepared) -> Decisions:
+    def _core(self, prep: _Prepared) -> Decisions | Exception:
+        """The core's decisions, or what it raised (handled by _finish, on the event loop)."""
         t0 = time.perf_counter()
         try:
-            decisions = self.schedule(prep.view.snapshot, prep.now, self.config)
+            return self.schedule(prep.view.snapshot, prep.now, self.config)
         except Exception as exc:
-            prep.view, decisions = self._schedule_without_culprits(prep, exc)
-        self.metrics.schedule.observe(time.perf_counter() - t0)
-        return decisions
+            return exc
+        finally:
+            self.metrics.schedule.observe(time.perf_counter() - t0)
 
-    def _finish(self, prep: _Prepared, decisions: Decisions) -> Decisions:
+    def _finish(self, prep: _Prepared, outcome: Decisions | Exception) -> Decisions:
         """Everything after the core: hand decisions to the writer, publish, set the next timer.
         The writer re-reads each job from the cache, so a decision the cluster has overtaken while
         the core ran (a job deleted, placed or busy) is dropped rather than applied."""
+        if isinstance(outcome, Exception):
+            prep.view, decisions = self._schedule_without_culprits(prep, outcome)
+        else:
+            decisions = outcome
         view, now = prep.view, prep.now
         log.debug(
             "cycle",

@@ -342,8 +342,7 @@ class Cluster:
         rest.json("POST", "/api/v1/namespaces", namespace, ok=(409,))
 
     def _count_ready(self, rest: Rest) -> bool:
-        nodes = rest.get("/api/v1/nodes")["items"]
-        return sum(fakenodes.node_ready(n) for n in nodes) >= self.shape.node_count
+        return fakenodes.ready_count(rest) >= self.shape.node_count
 
     @classmethod
     def attach(cls, name: str = "gpuq") -> Cluster:

@@ -9,6 +9,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote
 
 from gpuq.devcluster.errors import DevClusterError
 from gpuq.devcluster.rest import ApiError, Rest
@@ -33,8 +34,10 @@ def create_nodes(rest: Rest, shape: Shape) -> None:
         list(pool.map(create, [node_manifest(n, shape) for n in shape.nodes()]))
 
 
-def ready_count(rest: Rest) -> int:
-    return sum(node_ready(n) for n in rest.get("/api/v1/nodes")["items"])
+def ready_count(rest: Rest, selector: str = "") -> int:
+    """Ready nodes (matching a label selector such as `type=kwok`)."""
+    query = f"?labelSelector={quote(selector)}" if selector else ""
+    return sum(node_ready(n) for n in rest.get(f"/api/v1/nodes{query}")["items"])
 
 
 def get_node(rest: Rest, node: str, where: str) -> dict[str, Any]:

@@ -21,9 +21,6 @@ from gpuq.devcluster.shape import HEARTBEAT_OFF, HEARTBEAT_ON, Shape
 KWOK_NAMESPACE = "kwok-system"
 RBAC = "rbac.authorization.k8s.io/v1"
 KWOK_LEASE_SECONDS = 6  # as the local control plane: kwok renews every 1.5 s
-# The controller-manager of the kind cluster marks a silent node NotReady after this (kind's
-# default is 40 s; e2e/kind/cluster.yaml sets the local control plane's 5 s).
-NODE_MONITOR_GRACE_SECONDS = 5
 
 _PATHS = {
     "Namespace": "/api/v1/namespaces",
@@ -102,17 +99,13 @@ class KindFleet:
             create(self.rest, obj)
         fakenodes.create_nodes(self.rest, shape)
         deadline = time.monotonic() + timeout
-        while sum(1 for n in self._gpu_nodes() if fakenodes.node_ready(n)) < shape.node_count:
+        while fakenodes.ready_count(self.rest, "type=kwok") < shape.node_count:
             if time.monotonic() > deadline:
                 raise DevClusterError(
                     f"kwok in the kind cluster did not make {shape.node_count} GPU nodes Ready within "
                     f"{timeout:.0f}s (kubectl -n {KWOK_NAMESPACE} logs deploy/kwok-controller)"
                 )
             time.sleep(0.5)
-
-    def _gpu_nodes(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.rest.get("/api/v1/nodes?labelSelector=type%3Dkwok")["items"]
-        return items
 
     def fail_node(self, node: str) -> None:
         fakenodes.set_heartbeat(self.rest, node, HEARTBEAT_OFF, self.where)
