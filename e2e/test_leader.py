@@ -133,7 +133,10 @@ def test_a_stalled_leader_is_fenced_when_it_wakes(
     jobs = [f"j{i}" for i in range(len(cluster.node_names) // 2)]
     for name in jobs:
         gpuq.submit(ns, name, q, 2, g)
-    wait_for(lambda: any(gpuq.status(ns, j).get("phase") == "Admitted" for j in jobs), 30, "first admission")
+    # The leader's own log, polled fast: a gang goes Admitted -> Running in well under a second
+    # here, so polling job phases for "Admitted" can miss every admission.
+    log = pair.ops[old].log_path
+    wait_for(lambda: '"event": "admitted"' in log.read_text(), 30, "first admission", interval=0.01)
     pair.ops[old].pause()
     try:
         wait_for(lambda: pair.holder() == new, 30, f"{new} takes over\n{pair.log()}")
