@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuq.core.decisions import PendingCode
 from gpuq.core.model import Queue
 from gpuq.core.state import CycleState
 
@@ -28,6 +29,7 @@ class QuotaCheck:
     ok: bool
     borrowed: int = 0  # GPUs of this request above the queue's nominal
     reason: str = ""
+    code: PendingCode = PendingCode.QUOTA_EXCEEDED
 
 
 OK = QuotaCheck(True)
@@ -137,6 +139,7 @@ class QuotaBook:
                     f"queue {q.name} at quota {used}/{q.nominal_gpus}; needs to borrow {borrow_after} "
                     f"but its borrowing limit is {q.borrowing_limit_gpus}"
                 ),
+                code=PendingCode.BORROWING_LIMIT,
             )
         # The cohort invariant must hold after the admission even when q stays within its nominal
         # quota: GPUs q lent to peers are not free for q until they are reclaimed or released.
@@ -154,7 +157,7 @@ class QuotaBook:
                     f"queue {q.name} at quota {used}/{q.nominal_gpus} and cohort {q.cohort} lends "
                     f"{free} (needs {borrow_after})"
                 )
-            return QuotaCheck(False, reason=reason)
+            return QuotaCheck(False, reason=reason, code=PendingCode.COHORT_EXHAUSTED)
         return QuotaCheck(True, borrowed=min(gpus, borrow_after))
 
     def model_headroom(self, q: Queue) -> dict[str, int]:
