@@ -35,6 +35,24 @@ class QuotaCheck:
 OK = QuotaCheck(True)
 
 
+def lendable(q: Queue, used: int) -> int:
+    """GPUs q lends to its cohort while it uses `used`: its unused nominal, up to its lending limit."""
+    unused = q.nominal_gpus - used
+    if unused <= 0:
+        return 0
+    limit = q.lending_limit_gpus
+    cap = q.nominal_gpus if limit is None or limit > q.nominal_gpus else limit
+    return unused if unused < cap else max(cap, 0)
+
+
+def fair_share(q: Queue, used: int) -> float:
+    """share(q) = borrowed / weight: the lowest goes first among heads that need to borrow."""
+    over = used - q.nominal_gpus
+    if over <= 0:
+        return 0.0
+    return over / q.weight if q.weight > 0 else over * 1e9
+
+
 class QuotaBook:
     def __init__(
         self,
@@ -94,21 +112,10 @@ class QuotaBook:
         """GPUs q currently lends to its cohort."""
         return self._lendable(q, self.usage.get(q.name, 0))
 
-    @staticmethod
-    def _lendable(q: Queue, used: int) -> int:
-        """GPUs q lends to its cohort while it uses `used`: its unused nominal, up to its lending limit."""
-        unused = q.nominal_gpus - used
-        if unused <= 0:
-            return 0
-        limit = q.lending_limit_gpus
-        cap = q.nominal_gpus if limit is None or limit > q.nominal_gpus else limit
-        return unused if unused < cap else max(cap, 0)
+    _lendable = staticmethod(lendable)
 
     def share(self, q: Queue) -> float:
-        over = self.usage.get(q.name, 0) - q.nominal_gpus
-        if over <= 0:
-            return 0.0
-        return over / q.weight if q.weight > 0 else over * 1e9
+        return fair_share(q, self.usage.get(q.name, 0))
 
     def needs_borrow(self, q: Queue, gpus: int) -> bool:
         return self.used(q.name) + gpus > q.nominal_gpus
