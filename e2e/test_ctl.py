@@ -71,8 +71,8 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
     for name in ("fill-a", "fill-peer"):
         gpuq.wait_phase(ns, name, "Running", timeout=60)
     fillers = [f"fill-{i}" for i in range(nodes - 2)]
-    for name in fillers:
-        gpuq.submit(ns, name, big, 1, g - 1)
+    for name in fillers:  # a long checkpoint grace keeps "urgent" WaitingForPreemption throughout
+        gpuq.submit(ns, name, big, 1, g - 1, checkpoint={"gracePeriodSeconds": 900})
     for name in fillers:
         gpuq.wait_phase(ns, name, "Running", timeout=60)
 
@@ -80,7 +80,7 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
         "quota": ("QuotaExceeded", dict(queue=qa, replicas=1, gpus=g)),
         "borrow": ("BorrowingLimit", dict(queue=borrower, replicas=2, gpus=g)),
         "exhaust": ("CohortExhausted", dict(queue=tight, replicas=2, gpus=g)),
-        "head": ("QuotaExceeded", dict(queue=strict, replicas=2, gpus=g)),
+        "head": ("QuotaExceeded", dict(queue=strict, replicas=2, gpus=g, priority=1)),  # first in its queue
         "behind": ("BehindQueueHead", dict(queue=strict, replicas=1, gpus=1)),
         "held": ("Held", dict(queue=held, replicas=1, gpus=1)),
         "model": ("NoMatchingNodes", dict(queue=big, replicas=1, gpus=1, workers={"gpuModels": ["B200"]})),
@@ -110,7 +110,7 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
     assert explain(cluster, ns, "held")["sections"]["What would unblock it"] == [
         f"release the queue: gpuq queue release {held}"
     ]
-    running = explain(cluster, ns, "fill-0")
+    running = explain(cluster, ns, "fill-a")
     assert running["phase"] == "Running" and len(running["nodes"]) == 1
 
     table = plugin(cluster, "jobs", "-n", ns, "--status", "pending")

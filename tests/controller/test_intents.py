@@ -73,7 +73,9 @@ def test_a_refresh_of_numbers_is_cosmetic_a_new_reason_code_is_not() -> None:
     first = pending_status(parse_job(job("a")), fresh, T0)
     assert not cosmetic(parse_job(job("a")), first)  # the first status: phase, conditions, position
     queued = parse_job(job("a", status={"phase": "Queued", **first}))
-    numbers = pending_status(queued, Pending("team-a/a", "best rack has 4 free", 2, code="InsufficientCapacity"), T0 + 5)
+    numbers = pending_status(
+        queued, Pending("team-a/a", "best rack has 4 free", 2, code="InsufficientCapacity"), T0 + 5
+    )
     assert set(numbers) == {"queuePosition", "message", "conditions"} and cosmetic(queued, numbers)
     code = pending_status(queued, Pending("team-a/a", "queue at quota 8/8", 2, code="QuotaExceeded"), T0 + 5)
     assert not cosmetic(queued, code)

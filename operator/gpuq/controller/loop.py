@@ -351,6 +351,9 @@ class SchedulingLoop:
             if ev.evicted:
                 if not live:
                     self.tracker.finish(ev.victim)  # resources released: the preemptor can be placed
+                    # This cycle's snapshot still counts them (it was built first): look again at
+                    # once, or nothing may wake the loop (a Suspended job changes no status on its own).
+                    self.wake_at(now)
                 continue
             if victim.status.phase not in PLACED_PHASES:
                 self.tracker.finish(ev.victim)

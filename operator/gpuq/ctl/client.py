@@ -46,23 +46,24 @@ class Client:
         if body is not None:
             headers["Content-Type"] = "application/merge-patch+json"
         try:
-            resp = self.api.call_api(
-                path,
-                method,
-                header_params=headers,
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=15,
+            request = self.api.param_serialize(
+                method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
             )
+            resp = self.api.call_api(*request, _request_timeout=15)
+            data = resp.read()
+            if not 200 <= resp.status < 300:
+                raise k8s.ApiException(
+                    status=resp.status, reason=resp.reason, body=data.decode(errors="replace")
+                )
         except k8s.ApiException as exc:
             raise self._api_error(exc, path) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise CtlError(f"cannot reach the API server at {self.server}: {_short(exc)}", 2) from None
-        return json.loads(resp[0].data)
+        return json.loads(data)
 
     def _api_error(self, exc: k8s.ApiException, path: str) -> CtlError:
-        if exc.status == 404 and path.startswith(f"/apis/{meta.GROUP}/") and not self._crds_installed():
+        group = f"/apis/{meta.GROUP}/{meta.VERSION}"
+        if exc.status == 404 and path.startswith(group) and (path == group or not self._crds_installed()):
             return CtlError("the gpuq CRDs are not installed in this cluster: kubectl apply -k manifests/", 2)
         try:
             message = json.loads(exc.body or "{}").get("message") or exc.reason
@@ -72,14 +73,8 @@ class Client:
 
     def _crds_installed(self) -> bool:
         try:
-            self.api.call_api(
-                f"/apis/{meta.GROUP}/{meta.VERSION}",
-                "GET",
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=15,
-            )
-        except (k8s.ApiException, urllib3.exceptions.HTTPError, OSError):
+            self._call("GET", f"/apis/{meta.GROUP}/{meta.VERSION}")
+        except CtlError:
             return False
         return True
 
