@@ -363,7 +363,7 @@ def test_invalid_objects_are_rejected_or_explained(
         "orphan": ("QueueNotFound", "no-such-queue"),
         "outsider": ("NamespaceNotAllowed", "team=nobody"),
         "badlevel": ("UnknownTopologyLevel", "'pod'"),
-        "huge": ("Unschedulable", "GPUs"),
+        "huge": ("ExceedsCapacity", "GPUs"),
         "notemplate": ("InvalidPodTemplate", "containers"),
     }
     for job, (reason, fragment) in expected.items():

@@ -1,4 +1,4 @@
-"""A gang that its eligible nodes could not hold even empty: pending Unschedulable with the arithmetic,
+"""A gang that its eligible nodes could not hold even empty: pending ExceedsCapacity with the arithmetic,
 no placement or preemption search for it, and (BestEffortFIFO) it does not hold its queue's head."""
 
 from __future__ import annotations
