@@ -146,3 +146,17 @@ def test_job_table_in_queue_order_with_codes_and_filters() -> None:
     ]
     assert [r["name"] for r in job_rows(s, status="running")] == ["run"]
     assert [r["name"] for r in job_rows(s, status="pending")] == ["w1", "w2"]
+
+
+def test_reclaim_explains_which_peer_borrows_and_why_it_is_not_taken() -> None:
+    lower_only = {"reclaimWithinCohort": "LowerPriority"}
+    qs = [queue("a", nominal=8, cohort="c"), queue("b", nominal=24, cohort="c", preemption=lower_only)]
+    borrower = running("big", ["n0", "n1"], queue_name="a", priority=50)  # a borrows 8 of b's quota
+    fill = running("own", ["n2"], queue_name="b")
+    s = state(*qs, *borrower, *fill, job("wait", queue_name="b", replicas=2))
+    ex = explain(s, "team-a/wait")
+    assert ex.code == PendingCode.COHORT_EXHAUSTED
+    assert section(ex, "Preemption")[-1] == (
+        "reclaim: a (+8) borrow, but reclaimWithinCohort LowerPriority takes only jobs below its "
+        "priority 0 (theirs: 50 and up)"
+    )

@@ -142,7 +142,7 @@ def _quota_lines(state: State, book: QuotaBook, q: Queue, gpus: int) -> list[str
             else f"borrowing limit {q.borrowing_limit_gpus}"
         )
         out.append(
-            f"cohort {q.cohort}: peers lend {lent} unused GPUs, of which {peers} are borrowed; {limit}; "
+            f"cohort {q.cohort}: the other queues lend {lent} unused GPUs and borrow {peers}; {limit}; "
             f"{q.name} lends {lendable(q, used)} now"
         )
     check = book.check(q, gpus)
@@ -361,10 +361,26 @@ def _why_no_victims(state: State, book: QuotaBook, job: Job, q: Queue, gpus: int
     elif book.used(q.name) + gpus > q.nominal_gpus:
         out.append(f"reclaim: only within nominal quota ({book.used(q.name)} + {gpus} > {q.nominal_gpus})")
     else:
-        out.append(
-            f"reclaim: no peer in cohort {q.cohort} runs on borrowed quota (or none that may be taken)"
-        )
+        out.append(_why_no_reclaim(state, book, job, q))
     return out
+
+
+def _why_no_reclaim(state: State, book: QuotaBook, job: Job, q: Queue) -> str:
+    assert q.cohort is not None
+    borrowers = [p for p in book.cohorts.get(q.cohort, []) if p.name != q.name and book.borrowed(p) > 0]
+    if not borrowers:
+        return f"reclaim: no peer in cohort {q.cohort} runs on borrowed quota"
+    names = ", ".join(f"{p.name} (+{book.borrowed(p)})" for p in borrowers)
+    prios = [j.priority for j in _running_of(state, [p.name for p in borrowers])]
+    if q.preemption.reclaim_within_cohort is ReclaimPreemption.LOWER_PRIORITY and prios:
+        return (
+            f"reclaim: {names} borrow, but reclaimWithinCohort LowerPriority takes only jobs below its "
+            f"priority {job.priority} (theirs: {min(prios)} and up)"
+        )
+    return (
+        f"reclaim: {names} borrow, but their jobs are not preemptible, inside minRuntimeSeconds, or their "
+        "queue's maxPreemptionsPerHour is used up"
+    )
 
 
 # ---- running jobs ----------------------------------------------------------------------------------
