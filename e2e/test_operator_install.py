@@ -146,6 +146,6 @@ def test_operator_works_with_the_installed_rbac_only(
     assert {"CheckpointRequested", "Preempted"} <= {e.reason for e in gpuq.events(ns, "low")}
     text = metrics(operator.metrics_port)  # type: ignore[attr-defined]
     assert f'gpuq_admissions_total{{queue="{q}"}} 3.0' in text  # low, high, low again
-    assert f'gpuq_preemptions_total{{queue="{q}"}} 1.0' in text
-    assert f'gpuq_queue_used_gpus{{queue="{q}"}} 16.0' in text
+    assert f'gpuq_preempted_jobs_total{{queue="{q}",reason="InQueuePriority"}} 1.0' in text
+    assert f'gpuq_queue_used_gpus{{queue="{q}",cohort=""}} 16.0' in text
     assert "gpuq_cycle_seconds_count" in text and "gpuq_schedule_seconds_bucket" in text
