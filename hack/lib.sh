@@ -47,3 +47,29 @@ build() {
   record "$name" "$((SECONDS - t0))"
   log "$name: built in $((SECONDS - t0))s"
 }
+
+# tool_dirs NAME VERSION: BIN_DIR, LOG_DIR and TIMES for a tool built on its own (hack/prometheus.sh,
+# hack/helm.sh), cached in bin/NAME-VERSION beside the control plane's directory.
+tool_dirs() {
+  local root="${GPUQ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuq}"
+  BIN_DIR="$root/bin/$1-$2" LOG_DIR="$root/build-logs" TIMES="$root/bin/$1-$2/build-times.tsv"
+  mkdir -p "$BIN_DIR" "$LOG_DIR"
+}
+
+# build_ticking NAME ARGS...: build() with a line every 30 s while it runs, so a cold build of
+# several minutes (module downloads, then compiling) visibly makes progress.
+build_ticking() {
+  local name=$1 t0 ticker
+  if [[ -x "$BIN_DIR/$name" ]]; then log "$name: cached"; return; fi
+  t0=$(date +%s)
+  # The ticker kills its own sleep when stopped: a sleep left behind would hold stderr open.
+  (
+    trap 'kill $pid 2>/dev/null; exit 0' TERM
+    while :; do sleep 30 & pid=$!; wait $pid; log "$name: still building ($(( $(date +%s) - t0 ))s)"; done
+  ) >/dev/null &
+  ticker=$!
+  trap 'kill '"$ticker"' 2>/dev/null || true' EXIT  # build() exits the script when it fails
+  build "$@"
+  kill "$ticker" 2>/dev/null || true
+  trap - EXIT
+}
