@@ -98,3 +98,18 @@ image:
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# Prometheus and helm, built from Go modules into ~/.cache/gpuq/bin/{prometheus,helm}-<version>/
+# (hack/tools.env pins them). The tests of deploy/ and charts/ build them on first use; without Go
+# they skip, unless GPUQ_REQUIRE_PROMETHEUS / GPUQ_REQUIRE_HELM is set (as in .ci/run).
+.PHONY: prometheus helm chart-files
+prometheus:
+	@bash hack/prometheus.sh
+helm:
+	@bash hack/helm.sh
+
+# charts/gpuq/files/ holds copies of the generated CRDs and of deploy/'s alerts and dashboard
+# (tests/deploy/test_chart.py fails when they differ): refresh them after changing the sources.
+chart-files: venv
+	$(BIN)/gpuq crds --write charts/gpuq/files/crds/ >/dev/null
+	cp deploy/prometheus/gpuq-alerts.yaml deploy/grafana/gpuq-dashboard.json charts/gpuq/files/

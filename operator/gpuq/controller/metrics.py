@@ -36,25 +36,14 @@ PREEMPTION_REASONS = (PREEMPTION_IN_QUEUE, PREEMPTION_RECLAIM)
 RECOVERY_HORIZON_SECONDS = 6 * 3600.0
 
 CYCLE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-# Seconds to hours: a job may be admitted at once or wait behind a day of work.
-WAIT_BUCKETS = (
-    1.0,
-    2.0,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    120.0,
-    300.0,
-    600.0,
-    1800.0,
-    3600.0,
-    7200.0,
-    14400.0,
-    43200.0,
-)
-# Node failure to gang running again: grace period + re-placement + pod start, or a back-off.
-RECOVERY_BUCKETS = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0, 600.0, 1800.0)
+# Sub-second to half a day: a job may be admitted in the cycle after its creation or wait behind a
+# day of work (the sub-second buckets keep the quantiles of an idle cluster meaningful).
+WAIT_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+                3600.0, 7200.0, 14400.0, 43200.0)  # fmt: skip
+# Restart to gang running again: re-placement and pod start (a first restart is re-placed in the
+# same cycle), or a restart back-off of up to failover.backoffMaxSeconds (300 s by default).
+RECOVERY_BUCKETS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 300.0,
+                    600.0, 1800.0)  # fmt: skip
 
 FINISHED_LABELS = (str(Phase.SUCCEEDED), str(Phase.FAILED))
 # The samples each metric type serves (prometheus_client's text format; _created: the OpenMetrics
