@@ -26,13 +26,17 @@ def gpuq(cluster: E2ECluster) -> GpuqClient:
 
 
 def run_operator(
-    cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory, name: str, config: str
+    cluster: E2ECluster,
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    config: str,
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[OperatorProcess]:
     """Body of a module-scoped operator fixture: `gpuq operator run` with `config`, stopped afterwards."""
     work = tmp_path_factory.mktemp(name)
     (work / "config.yaml").write_text(config)
     op = OperatorProcess(
-        cluster.kubeconfig, work / "operator.log", work / "config.yaml", log_level="DEBUG"
+        cluster.kubeconfig, work / "operator.log", work / "config.yaml", extra_args, log_level="DEBUG"
     ).start()
     yield op
     op.stop()

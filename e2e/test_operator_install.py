@@ -56,6 +56,17 @@ def metrics(port: int) -> str:
         return text
 
 
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample of a /metrics answer (whatever order its labels come in)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    return None
+
+
 def service_account_kubeconfig(cluster: E2ECluster, path: Path) -> Path:
     """A kubeconfig that authenticates as system:serviceaccount:gpuq-system:gpuq-operator."""
     request = k8s.AuthenticationV1TokenRequest(
@@ -165,7 +176,7 @@ def test_operator_works_with_the_installed_rbac_only(
     assert '"no scheduler config map' not in log  # read ConfigMap gpuq-scheduler-config via its Role
     assert {"CheckpointRequested", "Preempted"} <= {e.reason for e in gpuq.events(ns, "low")}
     text = metrics(operator.metrics_port)  # type: ignore[attr-defined]
-    assert f'gpuq_admissions_total{{queue="{q}"}} 3.0' in text  # low, high, low again
-    assert f'gpuq_preemptions_total{{queue="{q}"}} 1.0' in text
-    assert f'gpuq_queue_used_gpus{{queue="{q}"}} 16.0' in text
+    assert sample(text, "gpuq_admissions_total", queue=q) == 3  # low, high, low again
+    assert sample(text, "gpuq_preempted_jobs_total", queue=q, reason="InQueuePriority") == 1
+    assert sample(text, "gpuq_queue_used_gpus", queue=q, cohort="") == 16
     assert "gpuq_cycle_seconds_count" in text and "gpuq_schedule_seconds_bucket" in text

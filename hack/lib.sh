@@ -25,8 +25,13 @@ k8s_ldflags() {
 # build NAME MODULE_DIR PACKAGE LDFLAGS [TAGS] [CGO_ENABLED]: `go build` PACKAGE inside the
 # wrapper module MODULE_DIR (use "-" and PACKAGE@VERSION to `go install` a module instead).
 build() {
-  local name="$1" dir="$2" pkg="$3" ldflags="$4" tags="${5:-}" cgo="${6:-0}" logf="$LOG_DIR/$1.log" t0 ok
+  local name="$1" dir="$2" pkg="$3" ldflags="$4" tags="${5:-}" cgo="${6:-0}" logf="$LOG_DIR/$1.log" t0 ok lock
   if [[ -x "$BIN_DIR/$name" ]]; then log "$name: cached"; return; fi
+  # One build per binary at a time (hack/prebuild.sh builds in the background while tests may ask
+  # for the same tool): a second caller waits for the first and then finds it cached.
+  exec {lock}>"$BIN_DIR/.$name.lock"
+  if ! flock -n "$lock"; then log "$name: being built by another process; waiting for it"; flock "$lock"; fi
+  if [[ -x "$BIN_DIR/$name" ]]; then log "$name: cached"; exec {lock}>&-; return; fi
   need_go
   t0=$SECONDS
   log "$name: building $pkg (log: $logf)"
@@ -44,6 +49,33 @@ build() {
     die "building $name failed; full log: $logf"
   fi
   mv "$BIN_DIR/$name.tmp" "$BIN_DIR/$name"
+  exec {lock}>&-
   record "$name" "$((SECONDS - t0))"
   log "$name: built in $((SECONDS - t0))s"
+}
+
+# tool_dirs NAME VERSION: BIN_DIR, LOG_DIR and TIMES for a tool built on its own (hack/prometheus.sh,
+# hack/helm.sh), cached in bin/NAME-VERSION beside the control plane's directory.
+tool_dirs() {
+  local root="${GPUQ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/gpuq}"
+  BIN_DIR="$root/bin/$1-$2" LOG_DIR="$root/build-logs" TIMES="$root/bin/$1-$2/build-times.tsv"
+  mkdir -p "$BIN_DIR" "$LOG_DIR"
+}
+
+# build_ticking NAME ARGS...: build() with a line every 30 s while it runs, so a cold build of
+# several minutes (module downloads, then compiling) visibly makes progress.
+build_ticking() {
+  local name=$1 t0 ticker
+  if [[ -x "$BIN_DIR/$name" ]]; then log "$name: cached"; return; fi
+  t0=$(date +%s)
+  # The ticker kills its own sleep when stopped: a sleep left behind would hold stderr open.
+  (
+    trap 'kill $pid 2>/dev/null; exit 0' TERM
+    while :; do sleep 30 & pid=$!; wait $pid; log "$name: still building ($(( $(date +%s) - t0 ))s)"; done
+  ) >/dev/null &
+  ticker=$!
+  trap 'kill '"$ticker"' 2>/dev/null || true' EXIT  # build() exits the script when it fails
+  build "$@"
+  kill "$ticker" 2>/dev/null || true
+  trap - EXIT
 }

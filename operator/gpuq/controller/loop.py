@@ -23,7 +23,7 @@ from gpuq.controller import intents, lifecycle
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.kubeapi import TokenBucket
-from gpuq.controller.metrics import Metrics
+from gpuq.controller.metrics import Metrics, pending_jobs, preemption_reason, queue_figures
 from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
 from gpuq.controller.preemption import STOP_SUSPEND, Eviction, PreemptionLog, PreemptionTracker
 from gpuq.controller.quarantine import Quarantine, culprits
@@ -335,7 +335,9 @@ class SchedulingLoop:
         before = job.status.lost_gpu_seconds
         fresh = await self.writer.run_plan(job, plan, failed)
         if plan.status.get("phase") == Phase.RECOVERING:
-            self.metrics.restarted(fresh, fresh.status.lost_gpu_seconds - before)
+            self.metrics.restarted(fresh, fresh.status.lost_gpu_seconds - before, self.clock())
+        elif plan.status.get("phase") == Phase.RUNNING:
+            self.metrics.running(fresh, self.clock())
         return fresh
 
     # -- preemption --------------------------------------------------------------------------
@@ -449,7 +451,7 @@ class SchedulingLoop:
         if ev.is_stop:
             log.info("stopped", job=victim.key, queue=victim.spec.queue if victim.spec else None, why=msg)
             return
-        self.metrics.preempted(victim)
+        self.metrics.preempted(victim, preemption_reason(victim, self.cache.jobs.get(ev.for_job)))
         await self._event_on(ev.for_job, st.normal("PreemptedVictim", f"preempted {victim.key} to make room"))
         log.info(
             "preempted", job=victim.key, queue=victim.spec.queue if victim.spec else None, for_job=ev.for_job
@@ -569,14 +571,12 @@ class SchedulingLoop:
             entry = self.cache.jobs.get(key)
             if entry is not None and entry.spec is not None:
                 pending[entry.spec.queue] = pending.get(entry.spec.queue, 0) + 1
+        self.metrics.publish_cycle(
+            queue_figures(self.cache.queues, d, admitted),
+            pending_jobs(d.pending, view.excluded, self.cache.jobs),
+        )
         for name, q in self.cache.queues.items():
             used, borrowed = d.queue_usage.get(name, 0), d.queue_borrowed.get(name, 0)
-            self.metrics.queue_used.labels(name).set(used)
-            self.metrics.queue_borrowed.labels(name).set(borrowed)
-            self.metrics.pending.labels(name).set(pending.get(name, 0))
-            self.metrics.admitted_jobs.labels(name).set(admitted.get(name, 0))
-            if q.spec is not None:
-                self.metrics.queue_nominal.labels(name).set(q.spec.nominal_gpus)
             active = st.queue_active(q.status.conditions, q.error if q.spec is None else None, now)
             patch = st.patch(
                 q.status,

@@ -254,6 +254,7 @@ class Runtime:
             self.term = None
             self._label_self(False)
         self.metrics.leader.set(0)
+        self.metrics.standby()
 
     def _label_self(self, leading: bool) -> None:
         """In a cluster, label this replica's pod gpuq.dev/leader=true while it leads: Service

@@ -268,7 +268,7 @@ class Writer:
         fresh = self.current(job)
         if fresh is None or fresh.status.phase in (*PLACED_PHASES, *FINISHED_PHASES):
             return  # deleted, or placed/finished since the decision: the next cycle decides again
-        job = fresh
+        job = queued = fresh  # queued: its status before admission says since when it waited
         now = self.clock()
         attempt = job.status.attempt + 1
         self.cache.assume(job.key, attempt, decision.placement, now)
@@ -291,7 +291,7 @@ class Writer:
                 return
             await self._rollback(job, attempt, exc, created)
             return
-        self.metrics.admitted(job, decision)
+        self.metrics.admitted(queued, decision, now)
         await self.event(job, st.normal("Admitted", job.status.message or "admitted"))
         log.info(
             "admitted",

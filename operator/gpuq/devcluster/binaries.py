@@ -41,13 +41,17 @@ def hack_dir() -> Path:
 
 def pinned_versions() -> dict[str, str]:
     """K8S_VERSION / ETCD_VERSION / KWOK_VERSION from hack/versions.env, with environment overrides."""
-    path = hack_dir() / "versions.env"
+    pinned = _read_env(hack_dir() / "versions.env")
+    return {key: os.environ.get(env) or pinned[key].strip() for key, env in _VERSION_KEYS.items()}
+
+
+def _read_env(path: Path) -> dict[str, str]:
+    """KEY=value lines of a hack/*.env file (comments and blank lines skipped)."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
         raise DevClusterError(f"cannot read pinned versions: {exc}") from exc
-    pinned = dict(line.split("=", 1) for line in lines if line and not line.startswith("#") and "=" in line)
-    return {key: os.environ.get(env) or pinned[key].strip() for key, env in _VERSION_KEYS.items()}
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#") and "=" in line)
 
 
 def bin_dir() -> Path:
@@ -84,7 +88,15 @@ def ensure_binaries(progress: TextIO | None = sys.stderr) -> Path:
 
 
 def _run_build_script(progress: TextIO | None) -> Path:
-    script = hack_dir() / "build-binaries.sh"
+    directory = _run_hack("build-binaries.sh", "the control-plane binaries", progress)
+    if missing := missing_binaries(directory):
+        raise DevClusterError(f"the build finished but {directory} lacks {', '.join(missing)}")
+    return directory
+
+
+def _run_hack(script_name: str, what: str, progress: TextIO | None) -> Path:
+    """Run a hack/ build script, relaying its progress (stderr); the path its last stdout line names."""
+    script = hack_dir() / script_name
     proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None and proc.stdout is not None
     last_line = ""
@@ -96,8 +108,33 @@ def _run_build_script(progress: TextIO | None) -> Path:
     out = proc.stdout.read().strip().splitlines()
     if proc.wait() != 0 or not out:
         cause = last_line.removeprefix("gpuq build: error: ") or f"{script} failed"
-        raise DevClusterError(f"building the control-plane binaries failed: {cause}")
-    directory = Path(out[-1])
-    if missing := missing_binaries(directory):
-        raise DevClusterError(f"the build finished but {directory} lacks {', '.join(missing)}")
-    return directory
+        raise DevClusterError(f"building {what} failed: {cause}")
+    return Path(out[-1])
+
+
+class GoMissing(DevClusterError):
+    """A tool is not built yet and Go is not there to build it."""
+
+
+def hack_tool(name: str, progress: TextIO | None = sys.stderr) -> Path:
+    """The binary hack/<name>.sh builds from Go modules (prometheus, helm), built on first use and
+    cached by version. GoMissing when it must be built and Go is absent; DevClusterError when the
+    build fails."""
+    if shutil.which("go") is None:
+        # The script would only report the cached binary; without Go, find it the same way.
+        cached = _cached_tool(name)
+        if cached is None:
+            raise GoMissing(f"{name} is not built and Go is not installed (need Go >= 1.26 to build it)")
+        return cached
+    binary = _run_hack(f"{name}.sh", name, progress)
+    if not os.access(binary, os.X_OK):
+        raise DevClusterError(f"hack/{name}.sh finished but {binary} is not an executable")
+    return binary
+
+
+def _cached_tool(name: str) -> Path | None:
+    """hack/<name>.sh's cached binary: bin/<name>-<version>/<name>, the version from hack/tools.env."""
+    key = f"{name.upper()}_VERSION"
+    version = os.environ.get(f"GPUQ_{key}") or _read_env(hack_dir() / "tools.env")[key].strip()
+    binary = cache_root() / "bin" / f"{name}-{version}" / name
+    return binary if os.access(binary, os.X_OK) else None

@@ -32,6 +32,29 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval:
         time.sleep(interval)
 
 
+def built_tool(name: str) -> Path:
+    """hack/<name>.sh's binary (prometheus, helm) for a test, built on first use with its progress
+    shown past pytest's capture. Without Go the test skips, unless GPUQ_REQUIRE_<NAME> is set (as
+    .ci/run does), which makes it fail; a build that fails always fails the test."""
+    import os
+    import sys
+
+    import pytest
+
+    from gpuq.devcluster.binaries import GoMissing, hack_tool
+    from gpuq.devcluster.errors import DevClusterError
+
+    require = f"GPUQ_REQUIRE_{name.upper()}"
+    try:
+        return hack_tool(name, progress=sys.__stderr__)
+    except GoMissing as exc:
+        if os.environ.get(require):
+            pytest.fail(f"{exc} ({require} is set)")
+        pytest.skip(str(exc))
+    except DevClusterError as exc:
+        pytest.fail(str(exc))
+
+
 def node_is_ready(node: Any) -> bool:
     """Ready=True (a kubernetes client V1Node)."""
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
