@@ -65,15 +65,19 @@ e2e-kind: venv binaries kind-node-image
 	@images=$$(bash hack/kind/images.sh | tail -1) && \
 	GPUQ_E2E_CLUSTER=kind GPUQ_KIND_IMAGES=$$images GPUQ_E2E_OPERATOR_IMAGE=$(IMAGE) $(BIN)/pytest -q $(KIND_SUITES)
 
+# Kind, its node image, Prometheus and helm build in the background at nice 19 while the local suites
+# run (hack/prebuild.sh): cold, that hides most of their 15-20 minutes of Go builds.
 # The operator image is built first when a container engine can be had (GPUQ_REQUIRE_IMAGE=1, as in
 # .ci/run, makes a failed build fatal); without one, the tests that run the image skip and say why.
 # Then the kind suites (make e2e-kind), where a kind node can be built and run (GPUQ_REQUIRE_KIND=1
 # makes that fatal; GPUQ_KIND=0 skips them).
 test: venv binaries lint $(TORCH_DEP)
+	@bash hack/prebuild.sh start
 	@if bash hack/image.sh $(IMAGE); then export GPUQ_E2E_OPERATOR_IMAGE=$(IMAGE); \
 	elif [ -n "$$GPUQ_REQUIRE_IMAGE" ]; then exit 1; \
 	else echo "== no operator image: the tests that run it skip"; fi; \
 	$(TORCH_ENV) $(BIN)/pytest -q tests e2e
+	@bash hack/prebuild.sh wait
 	@if [ "$${GPUQ_KIND:-1}" = 0 ]; then echo "== GPUQ_KIND=0: the kind e2e suites are skipped"; \
 	elif bash hack/kind/node-image.sh >/dev/null; then $(MAKE) --no-print-directory e2e-kind; \
 	elif [ -n "$$GPUQ_REQUIRE_KIND" ]; then exit 1; \

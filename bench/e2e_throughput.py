@@ -116,31 +116,49 @@ def api_writes(dev: Cluster) -> Counter[str]:
 
 
 class Watcher:
-    """Client-side time each object first satisfied `seen` (name -> seconds, time.monotonic)."""
+    """Client-side time each object first satisfied `seen` (name -> seconds, time.monotonic).
+
+    Lists, then watches from the list's resourceVersion; when the watch breaks (a 410 once the API
+    server compacted past it, under load within seconds) it lists and watches again. An object seen
+    first by such a relist is timed at the relist: late, never early."""
 
     def __init__(self, list_func: Callable[..., Any], namespace: str, seen: Callable[[Any], bool]) -> None:
         self.first: dict[str, float] = {}
         self.last_change = time.monotonic()
+        self.relists = 0
+        self._stopped = False
         self._watch = watch.Watch()
         self._args = (list_func, namespace, seen)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _see(self, obj: Any, seen: Callable[[Any], bool]) -> None:
+        name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
+        if name not in self.first and seen(obj):
+            self.first[name] = self.last_change = time.monotonic()
+
     def _run(self) -> None:
         list_func, namespace, seen = self._args
-        while True:
+        while not self._stopped:
             try:
-                for ev in self._watch.stream(list_func, namespace, timeout_seconds=300):
-                    obj = ev["object"]
-                    name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
-                    if name not in self.first and seen(obj):
-                        self.first[name] = self.last_change = time.monotonic()
-            except Exception:  # the stream was stopped or broke: stop, or re-watch
-                if self._watch._stop:
+                listed = list_func(namespace)
+                if isinstance(listed, dict):
+                    items, rv = listed["items"], listed["metadata"]["resourceVersion"]
+                else:
+                    items, rv = listed.items, listed.metadata.resource_version
+                for obj in items:
+                    self._see(obj, seen)
+                self._watch = watch.Watch()
+                for ev in self._watch.stream(list_func, namespace, resource_version=rv, timeout_seconds=300):
+                    self._see(ev["object"], seen)
+            except Exception:  # the stream was stopped or broke: stop, or list and watch again
+                if self._stopped:
                     return
                 time.sleep(0.2)
+            self.relists += 1
 
     def stop(self) -> None:
+        self._stopped = True
         self._watch.stop()
 
 

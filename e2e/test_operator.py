@@ -77,6 +77,16 @@ def queue(gpuq: GpuqClient) -> Iterator[Callable[..., str]]:
         gpuq.delete_queue(name)
 
 
+def wait_events(gpuq: GpuqClient, ns: str, job: str, reasons: set[str], timeout: float = 30) -> None:
+    """Events with these reasons on the job. An Event follows the status write it reports, so a test
+    that has just seen the new status waits for it instead of racing it."""
+    wait_for(
+        lambda: reasons <= {e.reason for e in gpuq.events(ns, job)},
+        timeout,
+        f"Events {sorted(reasons)} on {job}",
+    )
+
+
 def phase(
     gpuq: GpuqClient,
     op: OperatorProcess,
@@ -219,7 +229,7 @@ def test_cohort_borrowing_and_reclaim(
     phase(gpuq, operator, ns, "owner", "Running", timeout=60)
     b = phase(gpuq, operator, ns, "borrower", ("Preempted", "Queued"))
     assert b["preemptions"] == 1 and b.get("restarts", 0) == 0
-    assert "Preempted" in {e.reason for e in gpuq.events(ns, "borrower")}
+    wait_events(gpuq, ns, "borrower", {"Preempted"})
     assert gpuq.status(ns, "filler")["phase"] == "Running"  # never a victim: not in the cohort
 
 
@@ -287,8 +297,7 @@ def test_failed_worker_restarts_the_gang_then_fails(
     st = phase(gpuq, operator, ns, "flaky", "Failed", timeout=90)
     assert st["restarts"] == 1 and st["attempt"] == 2
     assert "no restarts left" in st["message"] and "failed" in st["message"]
-    reasons = [e.reason for e in gpuq.events(ns, "flaky")]
-    assert "WorkerFailed" in reasons and "Failed" in reasons
+    wait_events(gpuq, ns, "flaky", {"WorkerFailed", "Failed"})
     assert not [p for p in gpuq.pods(ns, "flaky") if p.status.phase in ("Pending", "Running")]
     wait_for(lambda: gpuq.queue(q).get("status", {}).get("usedGPUs") == 0, 20, "quota released")
 
@@ -358,7 +367,7 @@ def test_invalid_objects_are_rejected_or_explained(
         "orphan": ("QueueNotFound", "no-such-queue"),
         "outsider": ("NamespaceNotAllowed", "team=nobody"),
         "badlevel": ("UnknownTopologyLevel", "'pod'"),
-        "huge": ("Unschedulable", "GPUs"),
+        "huge": ("ExceedsCapacity", "GPUs"),
         "notemplate": ("InvalidPodTemplate", "containers"),
     }
     for job, (reason, fragment) in expected.items():

@@ -117,7 +117,27 @@ def operator(
         capture_output=True,
         env={"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"},
     )
-    # The Deployment's command as its ServiceAccount, outside the cluster (kind runs it in-cluster).
+    # On kind the Deployment's replicas really run and would win the Lease: scale them away, so the
+    # operator under test here is the one that schedules (test_incluster.py tests the Deployment).
+    subprocess.run(
+        [kubectl(cluster), "-n", "gpuq-system", "scale", "deployment/gpuq-operator", "--replicas=0"],
+        check=True,
+        capture_output=True,
+        env={"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"},
+    )
+    wait_for(
+        lambda: (
+            not [
+                p
+                for p in cluster.core.list_namespaced_pod(
+                    "gpuq-system", label_selector="app.kubernetes.io/name=gpuq"
+                ).items
+            ]
+        ),
+        120,
+        "the Deployment's pods gone",
+    )
+    # The Deployment's command as its ServiceAccount, outside the cluster.
     kubeconfig = service_account_kubeconfig(cluster, work / "sa.kubeconfig")
     port = free_port()
     op = OperatorProcess(

@@ -25,8 +25,13 @@ k8s_ldflags() {
 # build NAME MODULE_DIR PACKAGE LDFLAGS [TAGS] [CGO_ENABLED]: `go build` PACKAGE inside the
 # wrapper module MODULE_DIR (use "-" and PACKAGE@VERSION to `go install` a module instead).
 build() {
-  local name="$1" dir="$2" pkg="$3" ldflags="$4" tags="${5:-}" cgo="${6:-0}" logf="$LOG_DIR/$1.log" t0 ok
+  local name="$1" dir="$2" pkg="$3" ldflags="$4" tags="${5:-}" cgo="${6:-0}" logf="$LOG_DIR/$1.log" t0 ok lock
   if [[ -x "$BIN_DIR/$name" ]]; then log "$name: cached"; return; fi
+  # One build per binary at a time (hack/prebuild.sh builds in the background while tests may ask
+  # for the same tool): a second caller waits for the first and then finds it cached.
+  exec {lock}>"$BIN_DIR/.$name.lock"
+  if ! flock -n "$lock"; then log "$name: being built by another process; waiting for it"; flock "$lock"; fi
+  if [[ -x "$BIN_DIR/$name" ]]; then log "$name: cached"; exec {lock}>&-; return; fi
   need_go
   t0=$SECONDS
   log "$name: building $pkg (log: $logf)"
@@ -44,6 +49,7 @@ build() {
     die "building $name failed; full log: $logf"
   fi
   mv "$BIN_DIR/$name.tmp" "$BIN_DIR/$name"
+  exec {lock}>&-
   record "$name" "$((SECONDS - t0))"
   log "$name: built in $((SECONDS - t0))s"
 }

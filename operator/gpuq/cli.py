@@ -19,11 +19,12 @@ SUBSYSTEMS: tuple[str, ...] = (
     "gpuq.demo.cli",
     "gpuq.extender_cli",
     "gpuq.doctor.cli",
+    "gpuq.ctl.cli",
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpuq", description="GPU training scheduler for Kubernetes")
+def build_parser(prog: str = "gpuq") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="GPU training scheduler for Kubernetes")
     parser.add_argument("--log-level", default="INFO", help="structlog level (default INFO)")
     sub = parser.add_subparsers(dest="command", required=True)
     for module_name in SUBSYSTEMS:
@@ -37,10 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "gpuq") -> int:
     from gpuq import logs
 
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     logs.configure(args.log_level)
     try:

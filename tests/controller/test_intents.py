@@ -22,9 +22,9 @@ def test_admission_persists_attempt_and_placement() -> None:
 
 def test_first_status_of_a_new_job() -> None:
     entry = parse_job(job("a", replicas=4, gpus=8))
-    patch = pending_status(entry, Pending("team-a/a", "waiting", 1, code="Quota"), T0)
+    patch = pending_status(entry, Pending("team-a/a", "waiting", 1, code="QuotaExceeded"), T0)
     assert patch["phase"] == "Queued" and patch["gpus"] == 32 and patch["observedGeneration"] == 1
-    assert patch["conditions"][0]["reason"] == "Quota"
+    assert patch["conditions"][0]["reason"] == "QuotaExceeded"
 
 
 def test_pending_update_is_empty_when_nothing_changed() -> None:
@@ -69,13 +69,15 @@ def test_rollback_returns_the_job_to_the_queue() -> None:
 def test_a_refresh_of_numbers_is_cosmetic_a_new_reason_code_is_not() -> None:
     from gpuq.controller.intents import cosmetic
 
-    fresh = Pending("team-a/a", "best rack has 8 free", 3, code="Placement")
+    fresh = Pending("team-a/a", "best rack has 8 free", 3, code="InsufficientCapacity")
     first = pending_status(parse_job(job("a")), fresh, T0)
     assert not cosmetic(parse_job(job("a")), first)  # the first status: phase, conditions, position
     queued = parse_job(job("a", status={"phase": "Queued", **first}))
-    numbers = pending_status(queued, Pending("team-a/a", "best rack has 4 free", 2, code="Placement"), T0 + 5)
+    numbers = pending_status(
+        queued, Pending("team-a/a", "best rack has 4 free", 2, code="InsufficientCapacity"), T0 + 5
+    )
     assert set(numbers) == {"queuePosition", "message", "conditions"} and cosmetic(queued, numbers)
-    code = pending_status(queued, Pending("team-a/a", "queue at quota 8/8", 2, code="Quota"), T0 + 5)
+    code = pending_status(queued, Pending("team-a/a", "queue at quota 8/8", 2, code="QuotaExceeded"), T0 + 5)
     assert not cosmetic(queued, code)
     admitted = admit_status(queued, Admit("team-a/a", ("n1",), 0.0), T0 + 5)
     assert not cosmetic(queued, admitted)

@@ -179,8 +179,8 @@ def test_jobs_kept_out_say_why() -> None:
     assert ex["wrongns"][0] == "NamespaceNotAllowed" and "team=b" in ex["wrongns"][1]
     assert ex["lvl"][0] == "UnknownTopologyLevel" and "zone, block, rack, node" in ex["lvl"][1]
     assert ex["tmpl"][0] == "InvalidPodTemplate"
-    assert ex["huge"][0] == "Unschedulable" and "24 GPUs" in ex["huge"][1]
-    assert ex["wide"][0] == "Unschedulable" and "largest node has 8" in ex["wide"][1]
+    assert ex["huge"][0] == "ExceedsCapacity" and "24 GPUs" in ex["huge"][1]
+    assert ex["wide"][0] == "ExceedsCapacity" and "largest node has 8" in ex["wide"][1]
     assert list(jobs_of(v)) == ["team-a/fine"]
 
 

@@ -85,6 +85,11 @@ def job(
     )
 
 
+def with_node(nodes: Sequence[Node], name: str, **kw: object) -> list[Node]:
+    """`nodes` with the node called `name` changed by `kw` (dataclasses.replace)."""
+    return [replace(n, **kw) if n.name == name else n for n in nodes]  # type: ignore[arg-type]
+
+
 def queue(name: str = "q", nominal: int = 1000, **kw: object) -> Queue:
     return Queue(name, nominal, **kw)  # type: ignore[arg-type]
 
@@ -254,7 +259,7 @@ def check_reasons(s: Snapshot, d: Decisions) -> None:
         assert p.code in valid, p.code
         per_queue.setdefault(jobs[p.job].queue, []).append(p.position)
         if p.nominated:
-            assert p.code == PendingCode.PREEMPTING
+            assert p.code == PendingCode.WAITING_FOR_PREEMPTION
     for q, positions in per_queue.items():
         assert sorted(positions) == list(range(1, len(positions) + 1)), f"queue {q} positions {positions}"
 
@@ -306,7 +311,7 @@ def check_preemptions(s: Snapshot, d: Decisions, now: float) -> None:
         assert victim_allowed(s, p.victim, p.for_job, now), (
             f"{p.victim} is not an allowed victim of {p.for_job}"
         )
-        assert p.for_job in pend and pend[p.for_job].code == PendingCode.PREEMPTING
+        assert p.for_job in pend and pend[p.for_job].code == PendingCode.WAITING_FOR_PREEMPTION
         assert pend[p.for_job].nominated, f"{p.for_job} preempted without a nominated placement"
 
 

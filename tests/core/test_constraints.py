@@ -103,7 +103,7 @@ def test_no_schedule_taint_needs_a_toleration() -> None:
         )
     )
     assert "ns/tol" in admitted(d) and "ns/plain" not in admitted(d)
-    assert codes(d)["ns/plain"] == PendingCode.UNSCHEDULABLE
+    assert codes(d)["ns/plain"] == PendingCode.NO_MATCHING_NODES
     assert "taints" in pending(d)["ns/plain"]
 
 

@@ -205,7 +205,7 @@ def test_model_quota_counts_running_gangs_and_leaves_other_models_to_nominal() -
     anywhere = job("ns/any", gpus=8, created=902)
     d = run(snap(nodes, [q], [running, want_h100, anywhere]))
     assert admitted(d) == {"ns/any": ("a1",)}  # h2 is free, but H100 quota is used by ns/old
-    assert codes(d)["ns/new"] == PendingCode.QUOTA
+    assert codes(d)["ns/new"] == PendingCode.QUOTA_EXCEEDED
     assert pending(d)["ns/new"].startswith("queue q at model quota (H100 8/8)")
 
 
@@ -216,7 +216,7 @@ def test_a_mixed_gang_must_fit_every_model_quota() -> None:
     d = run(snap(nodes, [q], [mixed]))
     assert d.admit == ()  # one worker would take 4 H100 GPUs, over the quota of 2
     assert pending(d)["ns/m"] == "queue q at model quota (H100 0/2); needs 4"  # per worker
-    assert codes(d)["ns/m"] == PendingCode.QUOTA
+    assert codes(d)["ns/m"] == PendingCode.QUOTA_EXCEEDED
 
 
 def test_a_recovering_gang_takes_its_model_quota_along() -> None:
@@ -247,7 +247,7 @@ def test_reason_names_the_taints_of_the_nodes_the_job_selects() -> None:
         "dedicated=team-x:NoSchedule (2 nodes) (job asks for nodeSelector {pool: x}); "
         "nodes rejected: 1 by nodeSelector, 2 by taints"
     )
-    assert codes(d)["ns/j"] == PendingCode.UNSCHEDULABLE
+    assert codes(d)["ns/j"] == PendingCode.NO_MATCHING_NODES
 
 
 def test_reason_names_the_selector_or_affinity_nobody_matches() -> None:

@@ -296,7 +296,7 @@ def test_a_job_no_node_accepts_is_unschedulable_and_names_a_constraint(s: Snapsh
     for p in d.pending:
         c = jobs[p.job].constraints
         if jobs[p.job].queue == "q" and not any(ref_eligible(n, c) for n in s.nodes):
-            assert p.code == PendingCode.UNSCHEDULABLE, (p.code, p.reason)
+            assert p.code == PendingCode.NO_MATCHING_NODES, (p.code, p.reason)
             named = ("gpuModels", "nodeSelector", "affinity", "taint", "no schedulable node")
             assert any(w in p.reason for w in named), p.reason
 

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gpuq.core import SchedulerConfig
 from gpuq.core.decisions import PendingCode
 from gpuq.core.model import Constraints, Health, Resources, Taint, TaintEffect, Toleration
 
-from .helpers import NOW, admitted, cluster, codes, job, node, pending, queue, run, snap
+from .helpers import NOW, admitted, cluster, codes, job, node, pending, queue, run, snap, with_node
 
 NODES = cluster(racks=2, nodes_per_rack=2)  # racks r000 (n0000, n0001) and r001 (n0010, n0011)
-
-
-def with_node(nodes: list, name: str, **kw: object) -> list:  # type: ignore[type-arg]
-    return [replace(n, **kw) if n.name == name else n for n in nodes]
 
 
 def test_failed_node_restarts_every_gang_on_it() -> None:
@@ -92,7 +86,7 @@ def test_restart_goes_ahead_of_new_work_and_keeps_its_quota() -> None:
     newer = job("ns/new", gpus=8, priority=9)
     d = run(snap(nodes, [q], [victim, newer]))
     assert admitted(d) == {"ns/old": ("n0001",)}
-    assert codes(d)["ns/new"] == PendingCode.QUOTA
+    assert codes(d)["ns/new"] == PendingCode.QUOTA_EXCEEDED
 
 
 def test_restart_backoff_delays_re_placement() -> None:
@@ -101,7 +95,7 @@ def test_restart_backoff_delays_re_placement() -> None:
     d = run(snap(nodes, [queue()], [job("ns/a", gpus=8, on=["n0000"], restart_count=2)]), config=cfg)
     expected = min(cfg.failover.backoff_max_seconds, cfg.failover.backoff_base_seconds * 2)
     assert d.restart[0].not_before == NOW + expected
-    assert d.admit == () and codes(d)["ns/a"] == PendingCode.BACKOFF
+    assert d.admit == () and codes(d)["ns/a"] == PendingCode.BACKING_OFF
 
 
 def test_recovering_job_avoids_its_bad_nodes_and_prefers_its_old_rack() -> None:

@@ -103,7 +103,8 @@ def test_invalid_jobs_pend_with_reason_and_do_not_stop_others() -> None:
 
 def test_job_of_a_missing_queue_pends_with_reason() -> None:
     d = schedule(snap([node("a")], [queue()], [job("ns/x", queue="nope")]), NOW, SchedulerConfig())
-    assert pending(d)["ns/x"] == "queue nope does not exist" and codes(d)["ns/x"] == PendingCode.NO_QUEUE
+    assert pending(d)["ns/x"] == "queue nope does not exist"
+    assert codes(d)["ns/x"] == PendingCode.QUEUE_NOT_FOUND
 
 
 def test_preferred_topology_level_is_advisory() -> None:

@@ -1,4 +1,4 @@
-"""A gang that its eligible nodes could not hold even empty: pending Unschedulable with the arithmetic,
+"""A gang that its eligible nodes could not hold even empty: pending ExceedsCapacity with the arithmetic,
 no placement or preemption search for it, and (BestEffortFIFO) it does not hold its queue's head."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def too_much_cpu(key: str = "ns/big", **kw: object) -> object:
 
 def test_a_gang_too_big_for_the_empty_cluster_says_so_and_what_is_short() -> None:
     d = run(snap(NODES, [queue()], [too_much_cpu(), job("ns/ok", replicas=2, gpus=8, created=901)]))
-    assert codes(d)["ns/big"] == PendingCode.UNSCHEDULABLE
+    assert codes(d)["ns/big"] == PendingCode.EXCEEDS_CAPACITY
     assert pending(d)["ns/big"] == (
         "needs 1x8 GPUs (8 GPU, 65000m CPU per worker); more than the cluster holds even when empty: "
         "its 2 eligible nodes hold 0 such workers at most (short of CPU)"
@@ -49,8 +49,8 @@ def test_it_does_not_hold_its_queue_head_so_the_next_job_may_preempt() -> None:
 def test_strict_fifo_keeps_it_at_the_head() -> None:
     q = queue(strategy=QueueingStrategy.STRICT_FIFO)
     d = run(snap(NODES, [q], [too_much_cpu(priority=9), job("ns/small", gpus=1)]))
-    assert d.admit == () and codes(d)["ns/small"] == PendingCode.STRICT_FIFO
-    assert codes(d)["ns/big"] == PendingCode.UNSCHEDULABLE
+    assert d.admit == () and codes(d)["ns/small"] == PendingCode.BEHIND_QUEUE_HEAD
+    assert codes(d)["ns/big"] == PendingCode.EXCEEDS_CAPACITY
 
 
 def test_no_preemption_search_runs_for_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ def test_strict_fifo_blocks_behind_head() -> None:
     d = run(snap(ONE_NODE, [q], jobs))
     assert d.admit == ()
     assert pending(d)["ns/small"] == "StrictFIFO: waiting behind ns/head"
-    assert codes(d)["ns/small"] == PendingCode.STRICT_FIFO
+    assert codes(d)["ns/small"] == PendingCode.BEHIND_QUEUE_HEAD
 
 
 def test_best_effort_fifo_lets_smaller_jobs_pass_a_head_that_cannot_fit() -> None:
@@ -90,7 +90,7 @@ def test_cycle_admission_limit_defers_the_rest() -> None:
 
 def test_backoff_job_waits_until_not_before() -> None:
     d = run(snap(ONE_NODE, [queue()], [job("ns/j", not_before=NOW + 20)]))
-    assert codes(d)["ns/j"] == PendingCode.BACKOFF and "20s" in pending(d)["ns/j"]
+    assert codes(d)["ns/j"] == PendingCode.BACKING_OFF and "20s" in pending(d)["ns/j"]
 
 
 def test_jobs_like_a_failed_one_wait_with_its_reason_in_queue_order() -> None:
@@ -104,5 +104,5 @@ def test_jobs_like_a_failed_one_wait_with_its_reason_in_queue_order() -> None:
     assert set(admitted(d)) == {"ns/small"}
     waiting = {p.job: (p.position, p.code, p.reason) for p in d.pending}
     assert [waiting[f"ns/big{i}"][0] for i in range(3)] == [1, 2, 3]
-    assert {waiting[f"ns/big{i}"][1] for i in range(3)} == {PendingCode.PLACEMENT}
+    assert {waiting[f"ns/big{i}"][1] for i in range(3)} == {PendingCode.INSUFFICIENT_CAPACITY}
     assert waiting["ns/big1"][2] == waiting["ns/big2"][2]

@@ -32,7 +32,7 @@ def test_required_rack_refuses_to_span_racks() -> None:
     d = run(snap(nodes, [queue()], [job("ns/a", replicas=3, gpus=8, level="rack")]))
     assert "ns/a" not in admitted(d)
     assert pending(d)["ns/a"] == "needs 3x8 GPUs in one rack; the largest eligible rack has 16 GPUs"
-    assert codes(d)["ns/a"] == PendingCode.UNSCHEDULABLE
+    assert codes(d)["ns/a"] == PendingCode.TOPOLOGY_UNSATISFIABLE
 
 
 def test_required_rack_waits_for_free_capacity_with_reason() -> None:
@@ -42,7 +42,7 @@ def test_required_rack_waits_for_free_capacity_with_reason() -> None:
     ]  # 2 nodes per rack used
     d = run(snap(nodes, [queue()], [*blockers, job("ns/a", replicas=3, gpus=8, level="rack")]))
     assert pending(d)["ns/a"] == "needs 3x8 GPUs in one rack; best rack has 16 free"
-    assert codes(d)["ns/a"] == PendingCode.PLACEMENT
+    assert codes(d)["ns/a"] == PendingCode.FRAGMENTED
 
 
 def test_preferred_gang_widens_when_no_rack_fits() -> None:

@@ -21,7 +21,7 @@ def test_lower_priority_job_in_queue_is_preempted_for_a_higher_one() -> None:
     d = run(snap(ONE_NODE, [queue()], [low, high]))
     assert victims(d) == {"ns/low"}
     assert d.preempt[0].for_job == "ns/high"
-    assert codes(d)["ns/high"] == PendingCode.PREEMPTING
+    assert codes(d)["ns/high"] == PendingCode.WAITING_FOR_PREEMPTION
     assert pending(d)["ns/high"] == "waiting for 1 preempted gang to release GPUs"
     assert d.pending[0].nominated == ("n0000",)
     assert d.admit == ()  # the preemptor binds only once the victim is gone
@@ -169,5 +169,5 @@ def test_only_the_queue_head_preempts_in_a_cycle() -> None:
     high = [job(f"ns/high{i}", gpus=8, priority=5, created=900 + i) for i in range(2)]
     d = run(snap(TWO_NODES, [queue()], [*low, *high]))
     assert [p.for_job for p in d.preempt] == ["ns/high0"]
-    assert codes(d)["ns/high0"] == PendingCode.PREEMPTING
-    assert codes(d)["ns/high1"] == PendingCode.PLACEMENT
+    assert codes(d)["ns/high0"] == PendingCode.WAITING_FOR_PREEMPTION
+    assert codes(d)["ns/high1"] == PendingCode.INSUFFICIENT_CAPACITY

@@ -20,7 +20,7 @@ def test_queue_without_cohort_stops_at_nominal() -> None:
     d = run(snap(NODES, [queue("team-a", nominal=8)], jobs))
     assert d.admit == ()
     assert d.pending[0].reason == "queue team-a at quota 8/8"
-    assert d.pending[0].code == PendingCode.QUOTA
+    assert d.pending[0].code == PendingCode.QUOTA_EXCEEDED
 
 
 def test_borrows_what_the_cohort_lends() -> None:
@@ -37,6 +37,7 @@ def test_cannot_borrow_more_than_the_cohort_lends() -> None:
     d = run(snap(NODES, qs, [running, job("ns/big", queue="a", replicas=3, gpus=8)]))
     assert d.admit == ()
     assert d.pending[0].reason == "queue a at quota 0/8 and cohort c lends 8 (needs 16)"
+    assert d.pending[0].code == PendingCode.COHORT_EXHAUSTED
 
 
 def test_lending_limit_caps_what_a_queue_lends() -> None:
@@ -49,7 +50,7 @@ def test_lending_limit_caps_what_a_queue_lends() -> None:
         )
     )
     assert set(admitted(d)) == {"ns/x"}
-    assert codes(d)["ns/y"] == PendingCode.QUOTA
+    assert codes(d)["ns/y"] == PendingCode.COHORT_EXHAUSTED
 
 
 def test_borrowing_limit_caps_what_a_queue_borrows() -> None:
@@ -63,6 +64,7 @@ def test_borrowing_limit_caps_what_a_queue_borrows() -> None:
     )
     assert set(admitted(d)) == {"ns/y"}
     assert "borrowing limit is 8" in d.pending[0].reason
+    assert d.pending[0].code == PendingCode.BORROWING_LIMIT
 
 
 def test_fair_share_splits_spare_capacity_by_weight() -> None:
@@ -109,7 +111,7 @@ def test_lender_within_nominal_cannot_take_back_lent_gpus_without_reclaim() -> N
     borrower = job("ns/b-big", queue="b", replicas=4, gpus=8, on=["n0000", "n0001", "n0002", "n0003"])
     d = run(snap(NODES, qs, [borrower, job("ns/a1", queue="a", replicas=2, gpus=8)]))
     assert d.admit == () and d.preempt == ()
-    assert codes(d)["ns/a1"] == PendingCode.QUOTA
+    assert codes(d)["ns/a1"] == PendingCode.COHORT_EXHAUSTED
     assert "peers borrow 16 of its lent GPUs" in pending(d)["ns/a1"]
 
 
@@ -119,7 +121,7 @@ def test_lender_within_nominal_reclaims_lent_gpus_by_preemption() -> None:
     lent = job("ns/b-lent", queue="b", replicas=2, gpus=8, on=["n0002", "n0003"])
     d = run(snap(NODES, qs, [own, lent, job("ns/a1", queue="a", replicas=2, gpus=8)]))
     assert [p.victim for p in d.preempt] in (["ns/b-own"], ["ns/b-lent"])  # one gang frees 16
-    assert codes(d)["ns/a1"] == PendingCode.PREEMPTING
+    assert codes(d)["ns/a1"] == PendingCode.WAITING_FOR_PREEMPTION
 
 
 def test_cohort_totals_stay_exact_under_any_usage_changes() -> None:

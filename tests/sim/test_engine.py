@@ -217,7 +217,7 @@ def test_a_job_that_can_never_fit_ends_the_run_unfinished() -> None:
 
 
 def test_a_job_that_can_never_fit_costs_no_search_while_the_rest_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """It is set aside (Unschedulable) every cycle without a placement or preemption attempt, and the
+    """It is set aside (ExceedsCapacity) every cycle without a placement or preemption attempt, and the
     jobs arriving after it run as if it were not there."""
     from gpuq.core import scheduler
 

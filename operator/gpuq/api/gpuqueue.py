@@ -17,6 +17,12 @@ from gpuq.core.model import (
 )
 
 
+class StopPolicy(StrEnum):
+    NONE = "None"
+    HOLD = "Hold"
+    HOLD_AND_DRAIN = "HoldAndDrain"
+
+
 class SelectorOperator(StrEnum):
     IN = "In"
     NOT_IN = "NotIn"
@@ -137,6 +143,14 @@ class GPUQueueSpec(ApiModel):
         description="Optional per-GPU-model caps (model -> GPUs) on top of nominalGPUs.",
         json_schema_extra={"additionalProperties": {"type": "integer", "minimum": 0}},
     )
+    stop_policy: StopPolicy = Field(
+        default=StopPolicy.NONE,
+        description=(
+            "As in Kueue. Hold: admit no new jobs (running ones keep running; a gang recovering from a node "
+            "failure is still re-placed). HoldAndDrain: also evict the admitted jobs, each asked to "
+            "checkpoint first, back into the queue. None: admit as usual. `gpuq queue hold|release`."
+        ),
+    )
 
     def to_core(self, name: str) -> Queue:
         """The scheduling core's view of this queue (used by the operator and the simulator)."""
@@ -155,6 +169,7 @@ class GPUQueueSpec(ApiModel):
                 max_per_hour=self.preemption.max_preemptions_per_hour,
             ),
             model_quotas=dict(self.model_quotas),
+            held=self.stop_policy is not StopPolicy.NONE,
         )
 
 

@@ -28,6 +28,7 @@ class Phase(StrEnum):
     RUNNING = "Running"
     RECOVERING = "Recovering"
     PREEMPTED = "Preempted"
+    SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -142,6 +143,14 @@ class TrainingJobSpec(ApiModel):
         description="Checkpoint request before preemption.",
         json_schema_extra={"default": {"requestOnPreemption": True, "gracePeriodSeconds": 60}},
     )
+    suspend: bool = Field(
+        default=False,
+        description=(
+            "true: stop the job. A running gang is asked to checkpoint (like a preemption victim) and "
+            "then releases its GPUs; the job stays Suspended until this is false again, then rejoins "
+            "its queue in its original order (priority, then creation time)."
+        ),
+    )
 
 
 class PlacementEntry(ApiModel):
@@ -163,7 +172,13 @@ class PreemptionStatus(ApiModel):
     """A preemption in progress: the victim was asked to checkpoint and is evicted at the deadline
     (or as soon as it reports a newer checkpoint). Kept in status so it survives operator restarts."""
 
-    preemptor: str = Field(min_length=1, description="The job (namespace/name) it makes room for.")
+    preemptor: str = Field(
+        min_length=1,
+        description=(
+            "The job (namespace/name) it makes room for, or what else stops it: `suspend` (spec.suspend) "
+            "or `queue-drain` (its GPUQueue's stopPolicy HoldAndDrain)."
+        ),
+    )
     reason: str = Field(default="", description="Why this job was chosen as a victim.")
     requested_at: datetime = Field(description="When the checkpoint was requested.")
     deadline: datetime = Field(description="When the victim is evicted at the latest.")
@@ -179,6 +194,14 @@ class TrainingJobStatus(ApiModel):
     )
     queue_position: int | None = Field(
         default=None, ge=1, description="1-based position in its queue while Queued."
+    )
+    reason: str | None = Field(
+        default=None,
+        max_length=64,
+        description=(
+            "Why the job waits, as a stable code (QuotaExceeded, Fragmented, Held, ...; docs/api.md lists "
+            "them); unset while it holds GPUs or has finished. `message` says the same with numbers."
+        ),
     )
     message: str | None = Field(default=None, description="Why the job is in its phase (e.g. why it waits).")
     gpus: int | None = Field(

@@ -13,7 +13,7 @@ from gpuq.api.meta import ConditionStatus
 from gpuq.api.trainingjob import Phase, PlacementEntry
 from gpuq.controller import status as st
 from gpuq.controller.objects import JobEntry
-from gpuq.controller.snapshot import Exclusion
+from gpuq.controller.snapshot import SUSPENDED, Exclusion
 from gpuq.core.decisions import Admit, Pending
 
 
@@ -41,6 +41,7 @@ def admit_status(job: JobEntry, admit: Admit, now: float) -> dict[str, Any]:
         started_at=None,
         queue_position=None,
         not_before=None,
+        reason=None,
         message=msg,
         conditions=st.without_condition(conds, st.BLOCKED),
         **_identity(job),
@@ -48,7 +49,8 @@ def admit_status(job: JobEntry, admit: Admit, now: float) -> dict[str, Any]:
 
 
 def _waiting_phase(job: JobEntry) -> Phase:
-    # Recovering says so while it waits for capacity; Preempted turns Queued once its pods are gone.
+    # Recovering says so while it waits for capacity; Preempted turns Queued once its pods are gone;
+    # Suspended turns Queued once spec.suspend is false again.
     return job.status.phase if job.status.phase in (Phase.RECOVERING, Phase.PREEMPTED) else Phase.QUEUED
 
 
@@ -60,6 +62,7 @@ def pending_status(job: JobEntry, pending: Pending, now: float) -> dict[str, Any
         s,
         phase=_waiting_phase(job),
         queue_position=pending.position,
+        reason=reason,
         message=pending.reason,
         conditions=st.without_condition(conds, st.BLOCKED),
         **_identity(job),
@@ -86,16 +89,21 @@ def blocked_status(job: JobEntry, why: Exclusion, now: float) -> tuple[dict[str,
     old = st.condition(s.conditions, st.BLOCKED)
     conds = st.with_condition(s.conditions, st.BLOCKED, True, why.reason, why.message, now)
     conds = st.with_condition(conds, st.ADMITTED, False, why.reason, why.message, now)
+    suspended = why.reason == SUSPENDED
     patch = st.patch(
         s,
-        phase=_waiting_phase(job),
+        phase=Phase.SUSPENDED if suspended else _waiting_phase(job),
         queue_position=None,
+        reason=why.reason,
         message=why.message,
         conditions=conds,
         **_identity(job),
     )
     is_new = old is None or old.status != ConditionStatus.TRUE or old.reason != why.reason
-    return patch, ((st.warning(why.reason, why.message),) if is_new else ())
+    if not is_new:
+        return patch, ()
+    # Suspension is what the user asked for: worth a Normal Event, not a Warning.
+    return patch, ((st.normal if suspended else st.warning)(why.reason, why.message),)
 
 
 def rollback_status(job: JobEntry, why: str, now: float) -> dict[str, Any]:
@@ -107,6 +115,7 @@ def rollback_status(job: JobEntry, why: str, now: float) -> dict[str, Any]:
         phase=Phase.QUEUED,
         placement=[],
         admitted_at=None,
+        reason=None,
         message=msg,
         conditions=st.with_condition(s.conditions, st.ADMITTED, False, "RolledBack", msg, now),
     )

@@ -106,10 +106,12 @@ def evict_status(
     cfg: FailoverConfig,
     *,
     count_restart: bool,
+    count_preemption: bool = True,
     failed_nodes: Sequence[str] = (),
     reason: str,
 ) -> dict[str, Any]:
-    """Status of a job whose gang is being evicted: Recovering/Queued (restart) or Preempted.
+    """Status of a job whose gang is being evicted: Recovering/Queued (restart), Preempted or
+    Suspended (a suspension or a queue drain does not count as a preemption).
     The placement moves to previousPlacement so failover can prefer its old domain."""
     s = job.status
     restarts = s.restarts + (1 if count_restart else 0)
@@ -123,6 +125,7 @@ def evict_status(
         "failed_nodes": known_failed,
         "started_at": None,
         "preemption": None,
+        "reason": None,
         "conditions": st.without_condition(
             st.with_condition(s.conditions, st.ADMITTED, False, reason, message, now), st.PREEMPTION_REQUESTED
         ),
@@ -131,7 +134,7 @@ def evict_status(
         fields["conditions"] = restart_history(fields["conditions"], restarts, message, now)
         fields["not_before"] = st.when(now + backoff(restarts, cfg))
         fields["lost_gpu_seconds"] = round(s.lost_gpu_seconds + lost_gpu_seconds(job, now), 3)
-    else:
+    elif count_preemption:
         fields["preemptions"] = s.preemptions + 1
     return st.patch(s, **fields)
 
@@ -172,6 +175,7 @@ def fail_or_restart(
         message=msg,
         finished_at=st.when(now),
         queue_position=None,
+        reason=None,
         preemption=None,
         conditions=st.without_condition(
             st.with_condition(s.conditions, st.ADMITTED, False, "Failed", msg, now), st.PREEMPTION_REQUESTED

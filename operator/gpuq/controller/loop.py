@@ -25,7 +25,7 @@ from gpuq.controller.cache import ClusterCache
 from gpuq.controller.kubeapi import TokenBucket
 from gpuq.controller.metrics import Metrics, pending_jobs, preemption_reason, queue_figures
 from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
-from gpuq.controller.preemption import Eviction, PreemptionLog, PreemptionTracker
+from gpuq.controller.preemption import STOP_SUSPEND, Eviction, PreemptionLog, PreemptionTracker
 from gpuq.controller.quarantine import Quarantine, culprits
 from gpuq.controller.snapshot import SnapshotBuilder, View, with_disrupted_at
 from gpuq.controller.writer import Writer
@@ -196,6 +196,7 @@ class SchedulingLoop:
         failed = failed_nodes(view.snapshot.nodes, now, self.config.failover)
         self._advance_lifecycles(now, failed)
         self._advance_preemptions(now, view, failed)
+        self._start_stops(view, now, failed)
         return _Prepared(started, now, evicting, generations, view, disruptions, failed)
 
     def _core(self, prep: _Prepared) -> Decisions | Exception:
@@ -352,6 +353,9 @@ class SchedulingLoop:
             if ev.evicted:
                 if not live:
                     self.tracker.finish(ev.victim)  # resources released: the preemptor can be placed
+                    # This cycle's snapshot still counts them (it was built first): look again at
+                    # once, or nothing may wake the loop (a Suspended job changes no status on its own).
+                    self.wake_at(now)
                 continue
             if victim.status.phase not in PLACED_PHASES:
                 self.tracker.finish(ev.victim)
@@ -363,6 +367,20 @@ class SchedulingLoop:
                 self.tracker.mark_evicted(ev.victim)
                 self.writer.submit(ev.victim, partial(self._evict, victim, ev, now, failed))
 
+    def _start_stops(self, view: View, now: float, failed: frozenset[str]) -> None:
+        """Suspended jobs and jobs of draining queues give up their GPUs the way preemption victims
+        do: asked to checkpoint first, then evicted."""
+        for key, kind in view.stopping.items():
+            job = self.cache.jobs.get(key)
+            if job is None or job.spec is None:
+                continue
+            why = (
+                "suspended (spec.suspend)"
+                if kind == STOP_SUSPEND
+                else f"queue {job.spec.queue} drained (stopPolicy HoldAndDrain)"
+            )
+            self._start_preemption(Preempt(key, kind, why), now, failed)
+
     def _start_preemption(self, p: Preempt, now: float, failed: frozenset[str]) -> None:
         victim = self.cache.jobs.get(p.victim)
         if victim is None or victim.spec is None or p.victim in self.tracker or p.victim in self.writer.busy:
@@ -372,7 +390,8 @@ class SchedulingLoop:
         ev = self.tracker.start(
             p.victim, p.for_job, p.reason, now, grace, newer(victim.status.last_checkpoint, victim.checkpoint)
         )
-        self.preemption_log.add(victim.spec.queue, now)
+        if not ev.is_stop:  # a queue's preemption budget counts other jobs' preemptions only
+            self.preemption_log.add(victim.spec.queue, now)
         if grace > 0:
             self.writer.submit(p.victim, partial(self._request_checkpoint, victim, ev))
         else:
@@ -387,7 +406,7 @@ class SchedulingLoop:
             return
         victim = fresh
         grace = ev.deadline - ev.requested_at
-        msg = f"preempted by {ev.for_job} ({ev.reason}); waiting up to {grace:.0f}s for a checkpoint"
+        msg = f"{ev.describe()}; waiting up to {grace:.0f}s for a checkpoint"
         conds = st.with_condition(
             victim.status.conditions,
             st.PREEMPTION_REQUESTED,
@@ -413,14 +432,25 @@ class SchedulingLoop:
         if fresh is None or fresh.status.phase not in PLACED_PHASES:
             return
         victim = fresh
-        msg = f"preempted by {ev.for_job}: {ev.reason}"
+        msg = ev.describe()
+        suspend = ev.for_job == STOP_SUSPEND
+        reason = "Suspended" if suspend else "Drained" if ev.is_stop else "Preempted"
         status = lifecycle.evict_status(
-            victim, Phase.PREEMPTED, msg, now, self.config.failover, count_restart=False, reason="Preempted"
+            victim,
+            Phase.SUSPENDED if suspend else Phase.PREEMPTED,
+            msg,
+            now,
+            self.config.failover,
+            count_restart=False,
+            count_preemption=not ev.is_stop,
+            reason=reason,
         )
         live = tuple(p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and not p.deleting)
-        await self.writer.run_plan(
-            victim, lifecycle.Plan(victim.key, status, (st.warning("Preempted", msg),), live), failed
-        )
+        event = (st.normal if ev.is_stop else st.warning)(reason, msg)
+        await self.writer.run_plan(victim, lifecycle.Plan(victim.key, status, (event,), live), failed)
+        if ev.is_stop:
+            log.info("stopped", job=victim.key, queue=victim.spec.queue if victim.spec else None, why=msg)
+            return
         self.metrics.preempted(victim, preemption_reason(victim, self.cache.jobs.get(ev.for_job)))
         await self._event_on(ev.for_job, st.normal("PreemptedVictim", f"preempted {victim.key} to make room"))
         log.info(

@@ -21,6 +21,11 @@ from gpuq.api.trainingjob import PLACED_PHASES, CheckpointReport, PreemptionStat
 from gpuq.controller.objects import JobEntry
 from gpuq.controller.status import when
 
+# Evictions no job asked for, named in Eviction.for_job (and status.preemption.preemptor).
+STOP_SUSPEND = "suspend"  # spec.suspend
+STOP_DRAIN = "queue-drain"  # its GPUQueue's stopPolicy HoldAndDrain
+STOPS = (STOP_SUSPEND, STOP_DRAIN)
+
 
 @dataclass(slots=True)
 class Eviction:
@@ -31,6 +36,14 @@ class Eviction:
     deadline: float
     baseline: CheckpointReport | None  # the victim's checkpoint when we asked
     evicted: bool = False  # pods deleted; waiting for them to be gone
+
+    @property
+    def is_stop(self) -> bool:
+        """A suspension or a queue drain, not a preemption for another job."""
+        return self.for_job in STOPS
+
+    def describe(self) -> str:
+        return self.reason if self.is_stop else f"preempted by {self.for_job} ({self.reason})"
 
     def to_status(self) -> PreemptionStatus:
         return PreemptionStatus(

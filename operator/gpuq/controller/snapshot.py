@@ -12,15 +12,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuq.api.gpuqueue import StopPolicy
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, PlacementEntry, TrainingJobSpec
 from gpuq.controller import selectors
 from gpuq.controller.cache import Assumed, ClusterCache
 from gpuq.controller.nodehealth import OUT_OF_SERVICE_TAINT, damped_until
 from gpuq.controller.objects import JobEntry, NodeEntry, QueueEntry, newer, parse_time
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
+from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
 from gpuq.controller.resources import pod_requests
 from gpuq.core.config import SchedulerConfig
+from gpuq.core.decisions import PendingCode
 from gpuq.core.model import (
     Checkpoint,
     Constraints,
@@ -51,6 +54,11 @@ class Exclusion:
     message: str
 
 
+# Exclusion reason of a job with spec.suspend that holds no GPUs (phase Suspended).
+SUSPENDED = "Suspended"
+SUSPENDED_MESSAGE = "suspended (spec.suspend is true): it holds no GPUs until spec.suspend is false again"
+
+
 @dataclass(frozen=True, slots=True)
 class Holding:
     """A job that holds its placement (admitted, running, or an admission in flight)."""
@@ -66,6 +74,9 @@ class View:
     excluded: Mapping[str, Exclusion] = field(default_factory=dict)
     holding: Mapping[str, Holding] = field(default_factory=dict)
     wake_at: float | None = None
+    # Jobs holding a placement that must give it up though no job preempts them: key -> STOP_SUSPEND
+    # (spec.suspend) or STOP_DRAIN (their queue's stopPolicy is HoldAndDrain).
+    stopping: Mapping[str, str] = field(default_factory=dict)
 
 
 def with_recent_preemptions(queue: Queue, count: int) -> Queue:
@@ -242,6 +253,20 @@ def _ranked(entries: Iterable[PlacementEntry]) -> tuple[str, ...]:
     return tuple(p.node for p in sorted(entries, key=lambda p: p.rank))
 
 
+def _stop(job: JobEntry, cache: ClusterCache) -> str:
+    """Why the job must not hold GPUs though nobody preempts it ("" when it may)."""
+    spec = job.spec
+    if spec is None:
+        return ""
+    if spec.suspend:
+        return STOP_SUSPEND
+    queue = cache.queues.get(spec.queue)
+    if queue is not None and queue.spec is not None and queue.spec.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+        # Only a placed job is drained; a queued one waits in the held queue (code Held).
+        return STOP_DRAIN if job.status.phase in PLACED_PHASES else ""
+    return ""
+
+
 def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = frozenset()) -> Holding | None:
     """The placement a job holds: an admission in flight (assumed), the one its status records, or,
     for a preemption victim whose pods are still leaving, the one it had."""
@@ -252,7 +277,7 @@ def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = froze
     s = job.status
     if s.phase in PLACED_PHASES and s.placement:
         return Holding(s.attempt, _ranked(s.placement), gpus)
-    if job.key in evicting and s.phase == Phase.PREEMPTED and s.previous_placement:
+    if job.key in evicting and s.phase in (Phase.PREEMPTED, Phase.SUSPENDED) and s.previous_placement:
         return Holding(s.attempt, _ranked(s.previous_placement), gpus)
     return None
 
@@ -351,6 +376,7 @@ class SnapshotBuilder:
         topo = config.topology
         excluded: dict[str, Exclusion] = {}
         held: dict[str, Holding] = {}
+        stopping: dict[str, str] = {}
         recent = recent_preemptions or {}
         queues = {
             name: with_recent_preemptions(q.spec.to_core(name), recent.get(name, 0))
@@ -377,9 +403,15 @@ class SnapshotBuilder:
                 if reason is not None and hold is None:
                     excluded[key] = reason
                 continue  # a held job we cannot model: its pods count as someone else's usage
+            stop = _stop(job, cache)
+            if stop and hold is None:
+                excluded[key] = Exclusion(SUSPENDED, SUSPENDED_MESSAGE)
+                continue
             candidates.append((job, job.spec, memo))
             if hold is not None:
                 held[key] = hold
+                if stop and job.status.phase in PLACED_PHASES:
+                    stopping[key] = stop
 
         nodes, wake_nodes = self._nodes(cache, now, config, held)
         capacity = [n for n in nodes if n.health != Health.FAILED]
@@ -393,7 +425,7 @@ class SnapshotBuilder:
             if hold is None and nodes:
                 too_big = _too_big(spec, total_gpus, largest)
                 if too_big:
-                    excluded[job.key] = Exclusion("Unschedulable", too_big)
+                    excluded[job.key] = Exclusion(PendingCode.EXCEEDS_CAPACITY, too_big)
                     continue
             not_before = parse_time(job.status.not_before) or 0.0
             if hold is None and not_before > now:
@@ -412,7 +444,7 @@ class SnapshotBuilder:
         snapshot = Snapshot(
             topology=topo, nodes=tuple(nodes), queues=tuple(queues.values()), jobs=tuple(jobs)
         )
-        return View(snapshot, excluded, held, _earliest([*wake_nodes, *wake_jobs]))
+        return View(snapshot, excluded, held, _earliest([*wake_nodes, *wake_jobs]), stopping)
 
     def _exclusion(self, job: JobEntry, cache: ClusterCache, topo: Topology) -> Exclusion | None:
         spec = job.spec

@@ -3,7 +3,8 @@
 Conditions (documented in docs/api.md):
   Admitted             True while the job holds a placement; False with the reason it does not.
   Blocked              True when something other than capacity keeps the job out (QueueNotFound,
-                       NamespaceNotAllowed, UnknownTopologyLevel, InvalidPodTemplate, Invalid, Unschedulable).
+                       NamespaceNotAllowed, UnknownTopologyLevel, InvalidPodTemplate, Invalid,
+                       ExceedsCapacity, Suspended).
   PreemptionRequested  True while a preemption waits for the victim's checkpoint.
   CheckpointReportInvalid  True when the gpuq.dev/checkpoint annotation cannot be read.
 GPUQueue conditions:

@@ -7,17 +7,37 @@ from enum import StrEnum
 
 
 class PendingCode(StrEnum):
-    """Why a job is pending, as a stable machine-readable word (Pending.code)."""
+    """Why a job is pending, as a stable machine-readable word (Pending.code, status.reason and the
+    Admitted condition's reason). Tools and alerts match on these; the message keeps the numbers.
+    docs/api.md lists them with what unblocks each."""
 
-    QUOTA = "Quota"  # its queue (or the cohort) has no quota left for it
-    PLACEMENT = "Placement"  # quota is fine but no node set can hold the gang now
-    UNSCHEDULABLE = "Unschedulable"  # no node can ever match its constraints / shape
-    PREEMPTING = "Preempting"  # waiting for preempted gangs to release their resources
-    STRICT_FIFO = "StrictFIFO"  # blocked behind its queue's head
-    BACKOFF = "Backoff"  # restart back-off after a failure
-    CYCLE_LIMIT = "CycleLimit"  # max_admissions_per_cycle reached; retried next cycle
-    NO_QUEUE = "NoQueue"  # its GPUQueue does not exist
-    INVALID = "Invalid"  # its spec is invalid (e.g. zero replicas)
+    # Quota
+    QUOTA_EXCEEDED = "QuotaExceeded"  # its queue (no cohort) or its model quota has no room left
+    BORROWING_LIMIT = "BorrowingLimit"  # it would borrow more than the queue's borrowingLimitGPUs
+    COHORT_EXHAUSTED = "CohortExhausted"  # the cohort lends too little (or peers borrow what q lent)
+    BEHIND_QUEUE_HEAD = "BehindQueueHead"  # StrictFIFO, or the queue keeps quota for a starving head
+    HELD = "Held"  # its queue's stopPolicy holds admissions
+    # Nodes: possible later
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"  # fewer free GPUs on eligible nodes than it needs
+    FRAGMENTED = "Fragmented"  # enough free GPUs, but no node set / domain holds the gang
+    WAITING_FOR_PREEMPTION = "WaitingForPreemption"  # preempted gangs are releasing its resources
+    # Nodes: never, until the nodes or the job change
+    NO_MATCHING_NODES = "NoMatchingNodes"  # no schedulable node passes its constraints
+    TOPOLOGY_UNSATISFIABLE = "TopologyUnsatisfiable"  # no domain of its Required level is big enough
+    EXCEEDS_CAPACITY = "ExceedsCapacity"  # more than its eligible nodes hold even when empty
+    # Other
+    BACKING_OFF = "BackingOff"  # restart back-off after a failure
+    CYCLE_LIMIT = "CycleLimit"  # maxAdmissionsPerCycle reached; retried next cycle
+    QUEUE_NOT_FOUND = "QueueNotFound"  # its GPUQueue does not exist
+    INVALID = "Invalid"  # its spec is invalid (e.g. a Required level the topology lacks)
+
+
+# Codes whose job could fit once running jobs finish (reservations for starving heads apply to them).
+CAPACITY_CODES = frozenset({PendingCode.INSUFFICIENT_CAPACITY, PendingCode.FRAGMENTED})
+# Codes no finishing job can lift: only node changes or a different spec help.
+NEVER_CODES = frozenset(
+    {PendingCode.NO_MATCHING_NODES, PendingCode.TOPOLOGY_UNSATISFIABLE, PendingCode.EXCEEDS_CAPACITY}
+)
 
 
 @dataclass(frozen=True, slots=True)

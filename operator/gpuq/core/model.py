@@ -164,6 +164,9 @@ class Queue:
     strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
     model_quotas: Mapping[str, int] = field(default_factory=dict)  # GPU model -> GPUs, on top of nominal
+    # Admits nothing new while held (GPUQueue stopPolicy Hold/HoldAndDrain); what runs keeps running
+    # and recovering jobs are still re-placed.
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from gpuq.core.decisions import PendingCode
 from gpuq.core.model import Queue
 from gpuq.core.state import CycleState
 
@@ -28,9 +29,28 @@ class QuotaCheck:
     ok: bool
     borrowed: int = 0  # GPUs of this request above the queue's nominal
     reason: str = ""
+    code: PendingCode = PendingCode.QUOTA_EXCEEDED
 
 
 OK = QuotaCheck(True)
+
+
+def lendable(q: Queue, used: int) -> int:
+    """GPUs q lends to its cohort while it uses `used`: its unused nominal, up to its lending limit."""
+    unused = q.nominal_gpus - used
+    if unused <= 0:
+        return 0
+    limit = q.lending_limit_gpus
+    cap = q.nominal_gpus if limit is None or limit > q.nominal_gpus else limit
+    return unused if unused < cap else max(cap, 0)
+
+
+def fair_share(q: Queue, used: int) -> float:
+    """share(q) = borrowed / weight: the lowest goes first among heads that need to borrow."""
+    over = used - q.nominal_gpus
+    if over <= 0:
+        return 0.0
+    return over / q.weight if q.weight > 0 else over * 1e9
 
 
 class QuotaBook:
@@ -92,21 +112,10 @@ class QuotaBook:
         """GPUs q currently lends to its cohort."""
         return self._lendable(q, self.usage.get(q.name, 0))
 
-    @staticmethod
-    def _lendable(q: Queue, used: int) -> int:
-        """GPUs q lends to its cohort while it uses `used`: its unused nominal, up to its lending limit."""
-        unused = q.nominal_gpus - used
-        if unused <= 0:
-            return 0
-        limit = q.lending_limit_gpus
-        cap = q.nominal_gpus if limit is None or limit > q.nominal_gpus else limit
-        return unused if unused < cap else max(cap, 0)
+    _lendable = staticmethod(lendable)
 
     def share(self, q: Queue) -> float:
-        over = self.usage.get(q.name, 0) - q.nominal_gpus
-        if over <= 0:
-            return 0.0
-        return over / q.weight if q.weight > 0 else over * 1e9
+        return fair_share(q, self.usage.get(q.name, 0))
 
     def needs_borrow(self, q: Queue, gpus: int) -> bool:
         return self.used(q.name) + gpus > q.nominal_gpus
@@ -137,6 +146,7 @@ class QuotaBook:
                     f"queue {q.name} at quota {used}/{q.nominal_gpus}; needs to borrow {borrow_after} "
                     f"but its borrowing limit is {q.borrowing_limit_gpus}"
                 ),
+                code=PendingCode.BORROWING_LIMIT,
             )
         # The cohort invariant must hold after the admission even when q stays within its nominal
         # quota: GPUs q lent to peers are not free for q until they are reclaimed or released.
@@ -154,7 +164,7 @@ class QuotaBook:
                     f"queue {q.name} at quota {used}/{q.nominal_gpus} and cohort {q.cohort} lends "
                     f"{free} (needs {borrow_after})"
                 )
-            return QuotaCheck(False, reason=reason)
+            return QuotaCheck(False, reason=reason, code=PendingCode.COHORT_EXHAUSTED)
         return QuotaCheck(True, borrowed=min(gpus, borrow_after))
 
     def model_headroom(self, q: Queue) -> dict[str, int]:

@@ -100,43 +100,48 @@ def _placement_reason(
     if not static.members:
         el = st.ix.eligibility(job)
         if not el.nodes:  # no node passes its constraints: name the one that binds
-            return unschedulable_reason(job, el), PendingCode.UNSCHEDULABLE
-        return f"needs {need}; no eligible node{on}", PendingCode.UNSCHEDULABLE
+            return unschedulable_reason(job, el), PendingCode.NO_MATCHING_NODES
+        return f"needs {need}; no eligible node{on}", PendingCode.NO_MATCHING_NODES
     biggest = static.biggest
     if d.gpus > biggest:
         return (
             f"needs {d.gpus} GPUs per worker; the largest eligible node has {biggest}{on}",
-            PendingCode.UNSCHEDULABLE,
+            PendingCode.EXCEEDS_CAPACITY,
         )
     total = d.gpus * replicas
+    free = max(p.free_sum[0] for p in pools)
+    # Free GPUs enough for the gang but no node set holds it: fragmentation, not capacity.
+    busy = PendingCode.FRAGMENTED if free >= total else PendingCode.INSUFFICIENT_CAPACITY
     if required_depth is not None and required_depth < tree.node_depth:
         level = tree.level_name(required_depth)
         if static.largest_domain < total:
             return (
                 f"needs {need} in one {level}; the largest eligible {level} has "
                 f"{static.largest_domain} GPUs{on}",
-                PendingCode.UNSCHEDULABLE,
+                PendingCode.TOPOLOGY_UNSATISFIABLE,
             )
         best = max(p.free_sum[dom] for p in pools for dom in tree.by_depth[required_depth])
-        return f"needs {need} in one {level}; best {level} has {max(best, 0)} free{on}", PendingCode.PLACEMENT
+        return f"needs {need} in one {level}; best {level} has {max(best, 0)} free{on}", busy
     capacity = static.capacity
     if capacity < total:
-        return f"needs {need}; eligible nodes have {capacity} GPUs in total{on}", PendingCode.UNSCHEDULABLE
-    free = max(p.free_sum[0] for p in pools)
+        return f"needs {need}; eligible nodes have {capacity} GPUs in total{on}", PendingCode.EXCEEDS_CAPACITY
     if required_depth == tree.node_depth:
         best_node = max(max(p.max_free(0), 0) for p in pools)
-        return f"needs {need} on one node; best node has {best_node} free{on}", PendingCode.PLACEMENT
+        return f"needs {need} on one node; best node has {best_node} free{on}", busy
     if free < total:
-        return f"needs {need}; {free} free on eligible nodes{on}", PendingCode.PLACEMENT
+        return f"needs {need}; {free} free on eligible nodes{on}", PendingCode.INSUFFICIENT_CAPACITY
     slots = max(p.slots(0, d.gpus, replicas) for p in pools) if d.gpus else replicas
     if slots < replicas:
         return (
             f"needs {need}; {free} GPUs free on eligible nodes but fragmented: "
             f"room for {slots} workers of {d.gpus} GPUs{on}",
-            PendingCode.PLACEMENT,
+            PendingCode.FRAGMENTED,
         )
     short = _short_resource(st, static.members, d, replicas)
-    return f"needs {need}; not enough {short} on eligible nodes with free GPUs{on}", PendingCode.PLACEMENT
+    return (
+        f"needs {need}; not enough {short} on eligible nodes with free GPUs{on}",
+        PendingCode.INSUFFICIENT_CAPACITY,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,16 @@ from enum import Enum
 from gpuq.core import preemption
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.constraints import invalid_constraints
-from gpuq.core.decisions import Admit, Decisions, Pending, PendingCode, Preempt, Restart
+from gpuq.core.decisions import (
+    CAPACITY_CODES,
+    NEVER_CODES,
+    Admit,
+    Decisions,
+    Pending,
+    PendingCode,
+    Preempt,
+    Restart,
+)
 from gpuq.core.failover import backoff_seconds, detect
 from gpuq.core.fit import Demand, invalid_workers
 from gpuq.core.index import ClusterIndex, OrderKey, SnapshotError, order_key
@@ -248,14 +257,14 @@ class _Cycle:
             return
         q = self.queues.get(job.queue)
         if q is None:
-            self._pend(job, f"queue {job.queue} does not exist", PendingCode.NO_QUEUE)
+            self._pend(job, f"queue {job.queue} does not exist", PendingCode.QUEUE_NOT_FOUND)
             return
         if r.not_before > self.now:
             self._pend(
                 job,
                 f"restart back-off: next attempt in {r.not_before - self.now:.0f}s "
                 f"(restart {job.restart_count + (1 if r.old else 0)})",
-                PendingCode.BACKOFF,
+                PendingCode.BACKING_OFF,
             )
             return
         d = self.ix.demand[job.key]
@@ -289,7 +298,7 @@ class _Cycle:
         self.book.add(job.queue, 0, old_models)
         st.use_all(r.old, d, 1)  # not re-placed: the old pods hold their resources until gone
         if allowed == frozenset() or capped:
-            self._pend(job, capped or model_reason, PendingCode.QUOTA)
+            self._pend(job, capped or model_reason, PendingCode.QUOTA_EXCEEDED)
             return
         if self._preempt(job, q, 0, d, Request(d, R, depth, 0, r.exclude), tiers) is _Outcome.WAITING:
             return
@@ -317,8 +326,8 @@ class _Cycle:
         ix, now = self.ix, self.now
         lines: dict[str, _Heads] = {}  # queue -> heap of its class heads
         for qn, classes in ix.queued.items():
-            if qn not in self.queues:
-                continue  # explained as NoQueue (or Invalid) in _explain_queued
+            if qn not in self.queues or self.queues[qn].held:
+                continue  # explained as QueueNotFound, Held (or Invalid) in _explain_queued
             strict = self.queues[qn].strategy is QueueingStrategy.STRICT_FIFO
             heads = []
             for ck, keys in classes.items():
@@ -329,7 +338,7 @@ class _Cycle:
                     # A gang no node set could ever hold waits aside, like an invalid spec: it is not
                     # its queue's head, so the next job may preempt. (StrictFIFO keeps it at the head:
                     # it blocks, as it would in Kueue, but costs O(1) a cycle; see _try.)
-                    self.dead[(qn, ck)] = _Dead(0, never, PendingCode.UNSCHEDULABLE)
+                    self.dead[(qn, ck)] = _Dead(0, never, PendingCode.EXCEEDS_CAPACITY)
                 else:
                     heads.append((keys[0], ck, 0))
             if heads:
@@ -387,13 +396,13 @@ class _Cycle:
                 self.dead[(qn, ck)] = _Dead(cur + 1, *self.fail_reason)
                 heapq.heappop(heads)
             if q.strategy is QueueingStrategy.STRICT_FIFO:
-                self.stops[qn] = (ok, f"StrictFIFO: waiting behind {job.key}", PendingCode.STRICT_FIFO)
+                self.stops[qn] = (ok, f"StrictFIFO: waiting behind {job.key}", PendingCode.BEHIND_QUEUE_HEAD)
             elif outcome is _Outcome.STARVED_ON_QUOTA:
                 age = now - job.created_at
                 self.stops[qn] = (
                     ok,
                     f"queue {qn} keeps its quota for {job.key}, waiting {age:.0f}s (starvation rule)",
-                    PendingCode.QUOTA,
+                    PendingCode.BEHIND_QUEUE_HEAD,
                 )
             else:
                 push(qn)
@@ -461,7 +470,9 @@ class _Cycle:
                     if bad is not None:
                         self._pend(job, bad, PendingCode.INVALID)
                     elif qn not in self.queues:
-                        self._pend(job, f"queue {qn} does not exist", PendingCode.NO_QUEUE)
+                        self._pend(job, f"queue {qn} does not exist", PendingCode.QUEUE_NOT_FOUND)
+                    elif self.queues[qn].held:
+                        self._pend(job, f"queue {qn} is held: it admits no new jobs", PendingCode.HELD)
                     elif stop is not None and ok > stop[0]:
                         self._pend(job, stop[1], stop[2])
                     elif dead is not None and i >= dead.start:
@@ -488,7 +499,7 @@ class _Cycle:
         G = job.workers.total_gpus
         never = self._never_fits(job)
         if never is not None:  # no placement, preemption or reservation could help
-            self._pend(job, never, PendingCode.UNSCHEDULABLE)
+            self._pend(job, never, PendingCode.EXCEEDS_CAPACITY)
             return _Outcome.FAILED
         depth = self._required_depth(job)
         allowed, model_reason = self._allowed_models(q, job, G, d)
@@ -511,7 +522,10 @@ class _Cycle:
             if is_head and self._preempt(job, q, G, d, Request(d, R, depth), tiers) is _Outcome.WAITING:
                 return _Outcome.WAITING
         if not quota_ok:
-            self._pend(job, qc.reason if not qc.ok else model_reason, PendingCode.QUOTA)
+            if qc.ok:  # only its model quota blocks it
+                self._pend(job, model_reason, PendingCode.QUOTA_EXCEEDED)
+            else:
+                self._pend(job, qc.reason, qc.code)
             starving = is_head and self.now - job.created_at >= self.cfg.starvation_seconds
             if starving and self._quota_alone_blocks(job, q, d, R, depth, tiers):
                 return _Outcome.STARVED_ON_QUOTA
@@ -520,17 +534,17 @@ class _Cycle:
         if not any(p.size for p in tiers[-1]):
             el = self.ix.eligibility(job)
             if not el.nodes:
-                self._pend(job, unschedulable_reason(job, el), PendingCode.UNSCHEDULABLE)
+                self._pend(job, unschedulable_reason(job, el), PendingCode.NO_MATCHING_NODES)
                 return _Outcome.FAILED
         reason, code = placement_reason(st, job, d, R, depth, tiers[-1], self.reason_memo)
-        if capped or (allowed is not None and code == PendingCode.UNSCHEDULABLE):
+        if capped or (allowed is not None and code in NEVER_CODES):
             # Only models the queue's model quota excludes could hold it.
-            self._pend(job, capped or model_reason, PendingCode.QUOTA)
+            self._pend(job, capped or model_reason, PendingCode.QUOTA_EXCEEDED)
             return _Outcome.FAILED
         if (
             is_head
             and not self.reserved  # one reservation at a time: each one idles GPUs until it fits
-            and code == PendingCode.PLACEMENT
+            and code in CAPACITY_CODES
             and self.now - job.created_at >= self.cfg.starvation_seconds
         ):
             held = self._reserve(job, q, d, R, depth, tiers[-1])
@@ -539,7 +553,7 @@ class _Cycle:
                 self._pend(job, f"{reason}; {held} GPUs reserved for it (waiting {waited:.0f}s)", code)
                 self.fail_reason = (reason, code)  # what the rest of its class is told
                 return _Outcome.FAILED
-        elif self.reserved and code == PendingCode.PLACEMENT:
+        elif self.reserved and code in CAPACITY_CODES:
             reason += f" (capacity reserved for starving {', '.join(self.reserved[:3])})"
         self._pend(job, reason, code)
         return _Outcome.FAILED
@@ -601,7 +615,7 @@ class _Cycle:
         self._pend(
             job,
             f"waiting for {n} preempted gang{'s' if n != 1 else ''} to release GPUs",
-            PendingCode.PREEMPTING,
+            PendingCode.WAITING_FOR_PREEMPTION,
             tuple(nodes[i].name for i in plan.placement.nodes),
         )
         return _Outcome.WAITING
@@ -736,7 +750,9 @@ class _Cycle:
         self._admitted_keys.add(job.key)
 
     def _pend_backoff(self, job: Job) -> None:
-        self._pend(job, f"back-off: next attempt in {job.not_before - self.now:.0f}s", PendingCode.BACKOFF)
+        self._pend(
+            job, f"back-off: next attempt in {job.not_before - self.now:.0f}s", PendingCode.BACKING_OFF
+        )
 
     def _pend(self, job: Job, reason: str, code: str, nominated: tuple[str, ...] = ()) -> None:
         if job.key in self.deferred:

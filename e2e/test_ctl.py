@@ -1,0 +1,167 @@
+"""`kubectl gpuq ...` against a real API server with the operator running: explain gives the reason
+code the operator wrote for each way a job can wait, and stop/resume and queue hold/release do what
+they say. The plugin is the installed console script `kubectl-gpuq`, found by kubectl on PATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import test_operator as shared
+from gpuq.controller.testing import GpuqClient, OperatorProcess
+from gpuq.devcluster.testing import E2ECluster, wait_for
+from test_operator_install import kubectl
+
+pytestmark = pytest.mark.e2e
+
+gpuq = shared.gpuq
+operator = shared.operator
+ns = shared.ns
+queue = shared.queue
+
+
+RACK = {"level": "rack", "mode": "Required"}
+
+
+def plugin(cluster: E2ECluster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "KUBECONFIG": str(cluster.kubeconfig),
+    }
+    return subprocess.run(
+        [kubectl(cluster), "gpuq", *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def explain(cluster: E2ECluster, ns: str, name: str) -> dict[str, Any]:
+    out = plugin(cluster, "explain", f"{ns}/{name}", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def reason_is(gpuq: GpuqClient, ns: str, name: str, code: str) -> bool:
+    return gpuq.status(ns, name).get("reason") == code
+
+
+def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Any
+) -> None:
+    g = cluster.gpus_per_node
+    nodes = len(cluster.node_names)
+    cohort_a, cohort_b = f"c-{uuid.uuid4().hex[:5]}", f"c-{uuid.uuid4().hex[:5]}"
+    qa = queue(g)
+    queue(g, cohort=cohort_a)  # lends to the borrower, which may not borrow
+    borrower = queue(g, cohort=cohort_a, borrowingLimitGPUs=0)
+    peer, tight = queue(g, cohort=cohort_b), queue(g, cohort=cohort_b)
+    strict = queue(g, queueingStrategy="StrictFIFO")
+    held = queue(g, stopPolicy="Hold")
+    big = queue(nodes * g * 2)
+    # Two whole nodes busy, then every other node but one GPU: 1 free GPU on each of nodes - 2 nodes.
+    gpuq.submit(ns, "fill-a", qa, 1, g)
+    gpuq.submit(ns, "fill-peer", peer, 1, g)
+    for name in ("fill-a", "fill-peer"):
+        gpuq.wait_phase(ns, name, "Running", timeout=60)
+    fillers = [f"fill-{i}" for i in range(nodes - 2)]
+    for name in fillers:  # a long checkpoint grace keeps "urgent" WaitingForPreemption throughout
+        gpuq.submit(ns, name, big, 1, g - 1, checkpoint={"gracePeriodSeconds": 900})
+    for name in fillers:
+        gpuq.wait_phase(ns, name, "Running", timeout=60)
+
+    expected = {
+        "quota": ("QuotaExceeded", dict(queue=qa, replicas=1, gpus=g)),
+        "borrow": ("BorrowingLimit", dict(queue=borrower, replicas=2, gpus=g)),
+        "exhaust": ("CohortExhausted", dict(queue=tight, replicas=2, gpus=g)),
+        "head": ("QuotaExceeded", dict(queue=strict, replicas=2, gpus=g, priority=1)),  # first in its queue
+        "behind": ("BehindQueueHead", dict(queue=strict, replicas=1, gpus=1)),
+        "held": ("Held", dict(queue=held, replicas=1, gpus=1)),
+        "model": ("NoMatchingNodes", dict(queue=big, replicas=1, gpus=1, workers={"gpuModels": ["B200"]})),
+        "rack": ("TopologyUnsatisfiable", dict(queue=big, replicas=3, gpus=g, topology=RACK)),
+        "huge": ("ExceedsCapacity", dict(queue=big, replicas=nodes + 4, gpus=g)),
+        "orphan": ("QueueNotFound", dict(queue=f"missing-{uuid.uuid4().hex[:5]}", replicas=1, gpus=1)),
+        "paused": ("Suspended", dict(queue=big, replicas=1, gpus=1, suspend=True)),
+        "frag": ("Fragmented", dict(queue=big, replicas=1, gpus=2)),
+        "short": ("InsufficientCapacity", dict(queue=big, replicas=2, gpus=g)),
+        "urgent": ("WaitingForPreemption", dict(queue=big, replicas=1, gpus=g, priority=10)),
+    }  # fmt: skip
+    for name, (_, spec) in expected.items():
+        spec = dict(spec)
+        gpuq.submit(ns, name, spec.pop("queue"), spec.pop("replicas"), spec.pop("gpus"), **spec)
+    for name, (code, _) in expected.items():
+        wait_for(
+            lambda n=name, c=code: reason_is(gpuq, ns, n, c),
+            60,
+            f"{name}: reason {code}\n{operator.log_tail(20)}",
+        )  # type: ignore[misc]
+    for name, (code, _) in expected.items():
+        ex = explain(cluster, ns, name)
+        assert ex["reason"] == code, (name, ex)
+        assert ex["sections"].get("What would unblock it"), (name, ex)
+    quota = explain(cluster, ns, "quota")
+    assert quota["sections"]["What would unblock it"][0] == f"nominalGPUs of {qa} raised to {2 * g} (now {g})"
+    assert explain(cluster, ns, "held")["sections"]["What would unblock it"] == [
+        f"release the queue: gpuq queue release {held}"
+    ]
+    running = explain(cluster, ns, "fill-a")
+    assert running["phase"] == "Running" and len(running["nodes"]) == 1
+
+    table = plugin(cluster, "jobs", "-n", ns, "--status", "pending")
+    assert table.returncode == 0 and "Fragmented" in table.stdout and "fill-0" not in table.stdout
+    queues = json.loads(plugin(cluster, "queues", "-o", "json").stdout)
+    row = next(q for q in queues if q["name"] == held)
+    assert row["stopPolicy"] == "Hold" and row["pending"] == 1
+
+
+def test_stop_resume_hold_drain_release(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Any
+) -> None:
+    q = queue(2 * cluster.gpus_per_node)
+    quick = {"requestOnPreemption": True, "gracePeriodSeconds": 2}
+    gpuq.submit(ns, "train", q, 1, cluster.gpus_per_node, checkpoint=quick)
+    gpuq.wait_phase(ns, "train", "Running", timeout=60)
+
+    out = plugin(cluster, "stop", f"{ns}/train")
+    assert out.returncode == 0, out.stderr
+    st = gpuq.wait_phase(ns, "train", "Suspended", timeout=60)
+    assert st.get("preemptions", 0) == 0  # a stop is not a preemption
+    wait_for(
+        lambda: not [p for p in gpuq.core.list_namespaced_pod(ns).items if not p.metadata.deletion_timestamp],
+        30,
+        "pods gone",
+    )
+    wait_for(lambda: reason_is(gpuq, ns, "train", "Suspended"), 30, "reason Suspended")
+    assert explain(cluster, ns, "train")["reason"] == "Suspended"
+
+    assert plugin(cluster, "resume", f"{ns}/train").returncode == 0
+    st = gpuq.wait_phase(ns, "train", "Running", timeout=60)
+    assert st["attempt"] == 2
+
+    assert plugin(cluster, "queue", "hold", q, "--drain").returncode == 0
+    wait_for(
+        lambda: reason_is(gpuq, ns, "train", "Held"),
+        60,
+        f"drained into the held queue\n{operator.log_tail(20)}",
+    )
+    assert gpuq.status(ns, "train")["phase"] == "Queued"
+    assert plugin(cluster, "queue", "release", q).returncode == 0
+    st = gpuq.wait_phase(ns, "train", "Running", timeout=60)
+    assert st["attempt"] == 3 and st.get("reason") is None
+
+
+def test_errors_are_one_readable_line(cluster: E2ECluster, gpuq: GpuqClient, ns: str) -> None:
+    missing = plugin(cluster, "explain", f"{ns}/nope")
+    assert missing.returncode == 1 and missing.stderr == f"gpuq explain: trainingjob {ns}/nope not found\n"
+    env_less = subprocess.run(
+        [sys.executable, "-m", "gpuq.cli", "queues", "--kubeconfig", "/nonexistent/kubeconfig"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert env_less.returncode == 2 and "Traceback" not in env_less.stderr
+    assert env_less.stderr.startswith("gpuq queues: no usable kubeconfig")

@@ -1,0 +1,147 @@
+"""The API calls of the CLI, with errors a person can act on (no tracebacks)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from gpuq.api import meta
+from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map
+from gpuq.core.config import SchedulerConfig
+
+PLURALS = {"TrainingJob": "trainingjobs", "GPUQueue": "gpuqueues"}
+
+
+class CtlError(Exception):
+    """A failure to report in one line (exit code 2 for the cluster, 1 for the object)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Client:
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        try:
+            self.api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context
+            )
+        except (k8s_config.ConfigException, OSError) as exc:
+            raise CtlError(f"no usable kubeconfig ({exc}); set KUBECONFIG or pass --kubeconfig", 2) from None
+        self.api.configuration.retries = 1  # a missing cluster should fail fast, not after minutes
+        self.server = self.api.configuration.host
+
+    def _get(self, path: str) -> Any:
+        return self._call("GET", path)
+
+    def _patch(self, path: str, body: dict[str, Any]) -> Any:
+        return self._call("PATCH", path, body)
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/merge-patch+json"
+        try:
+            request = self.api.param_serialize(
+                method, path, header_params=headers, body=body, auth_settings=["BearerToken"]
+            )
+            resp = self.api.call_api(*request, _request_timeout=15)
+            data = resp.read()
+            if not 200 <= resp.status < 300:
+                raise k8s.ApiException(
+                    status=resp.status, reason=resp.reason, body=data.decode(errors="replace")
+                )
+        except k8s.ApiException as exc:
+            raise self._api_error(exc, path) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise CtlError(f"cannot reach the API server at {self.server}: {_short(exc)}", 2) from None
+        return json.loads(data)
+
+    def _api_error(self, exc: k8s.ApiException, path: str) -> CtlError:
+        group = f"/apis/{meta.GROUP}/{meta.VERSION}"
+        if exc.status == 404 and path.startswith(group) and (path == group or not self._crds_installed()):
+            return CtlError("the gpuq CRDs are not installed in this cluster: kubectl apply -k manifests/", 2)
+        try:
+            message = json.loads(exc.body or "{}").get("message") or exc.reason
+        except ValueError:
+            message = exc.reason
+        return CtlError(f"{message} (HTTP {exc.status})", 2 if exc.status in (401, 403) else 1)
+
+    def _crds_installed(self) -> bool:
+        try:
+            self._call("GET", f"/apis/{meta.GROUP}/{meta.VERSION}")
+        except CtlError:
+            return False
+        return True
+
+    # ---- reads ----------------------------------------------------------------------------------
+    def items(self, path: str, kind: str, api_version: str) -> list[dict[str, Any]]:
+        """A list's items, each with the kind and apiVersion the API server leaves out of list items."""
+        return [{"kind": kind, "apiVersion": api_version, **o} for o in self._get(path)["items"]]
+
+    def jobs(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        scope = f"/namespaces/{namespace}" if namespace else ""
+        return self.items(
+            f"/apis/{meta.GROUP}/{meta.VERSION}{scope}/trainingjobs", "TrainingJob", meta.API_VERSION
+        )
+
+    def queues(self) -> list[dict[str, Any]]:
+        return self.items(f"/apis/{meta.GROUP}/{meta.VERSION}/gpuqueues", "GPUQueue", meta.API_VERSION)
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.items("/api/v1/nodes", "Node", "v1")
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.items("/api/v1/pods", "Pod", "v1")
+
+    def namespaces(self) -> list[dict[str, Any]]:
+        return self.items("/api/v1/namespaces", "Namespace", "v1")
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        path = f"/apis/{meta.GROUP}/{meta.VERSION}/namespaces/{namespace}/trainingjobs/{name}"
+        try:
+            return dict(self._get(path))
+        except CtlError as exc:
+            if "(HTTP 404)" in str(exc):
+                raise CtlError(f"trainingjob {namespace}/{name} not found") from None
+            raise
+
+    def queue(self, name: str) -> dict[str, Any]:
+        try:
+            return dict(self._get(f"/apis/{meta.GROUP}/{meta.VERSION}/gpuqueues/{name}"))
+        except CtlError as exc:
+            if "(HTTP 404)" in str(exc):
+                raise CtlError(f"gpuqueue {name} not found") from None
+            raise
+
+    def scheduler_config(self, namespace: str = "gpuq-system") -> SchedulerConfig:
+        """The operator's ConfigMap (defaults when there is none, as the operator does)."""
+        try:
+            cm = self._get(f"/api/v1/namespaces/{namespace}/configmaps/{CONFIG_MAP_NAME}")
+        except CtlError as exc:
+            if "(HTTP 404)" in str(exc) or "(HTTP 403)" in str(exc):
+                return SchedulerConfig()
+            raise
+        try:
+            return config_from_config_map(cm.get("data"))
+        except ConfigError as exc:
+            raise CtlError(f"ConfigMap {namespace}/{CONFIG_MAP_NAME} is invalid: {exc}", 2) from None
+
+    # ---- writes ---------------------------------------------------------------------------------
+    def patch_job_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        self.job(namespace, name)  # a readable 404 first
+        path = f"/apis/{meta.GROUP}/{meta.VERSION}/namespaces/{namespace}/trainingjobs/{name}"
+        return dict(self._patch(path, {"spec": spec}))
+
+    def patch_queue_spec(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        self.queue(name)
+        return dict(self._patch(f"/apis/{meta.GROUP}/{meta.VERSION}/gpuqueues/{name}", {"spec": spec}))
+
+
+def _short(exc: BaseException) -> str:
+    text = str(getattr(exc, "reason", None) or exc)
+    return text.split(": ", 1)[-1][:200]

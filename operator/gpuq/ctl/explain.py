@@ -1,0 +1,455 @@
+"""`gpuq explain NAMESPACE/JOB`: why a job waits and what would change that, or, for a running job,
+where it runs and what could take it off. Pure: everything comes from a State (the operator's
+snapshot and the core's decisions), and the what-ifs re-run the same core on edited snapshots."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
+from gpuq.controller.objects import JobEntry
+from gpuq.core import preemption
+from gpuq.core.decisions import CAPACITY_CODES, NEVER_CODES, PendingCode
+from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
+from gpuq.core.quota import QuotaBook, lendable
+from gpuq.core.scheduler import schedule
+from gpuq.core.state import CycleState
+from gpuq.ctl.state import State
+
+# What-if runs of the core per explanation (each is a whole cycle on an edited snapshot).
+MAX_WHAT_IFS = 24
+SHOW = 8  # jobs named per list
+
+
+@dataclass
+class Explanation:
+    job: str
+    phase: str
+    code: str | None
+    summary: str
+    sections: list[tuple[str, list[str]]] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, title: str, lines: Sequence[str], **data: Any) -> None:
+        if lines:
+            self.sections.append((title, list(lines)))
+        self.data.update(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "phase": self.phase,
+            "reason": self.code,
+            "summary": self.summary,
+            "sections": {title: lines for title, lines in self.sections},
+            **self.data,
+        }
+
+
+def explain(state: State, key: str) -> Explanation:
+    entry = state.cache.jobs[key]
+    phase = str(entry.status.phase or Phase.QUEUED)
+    if entry.status.phase in FINISHED_PHASES:
+        return Explanation(key, phase, None, entry.status.message or phase.lower())
+    if entry.status.phase in PLACED_PHASES:
+        return _running(state, entry)
+    return _waiting(state, entry)
+
+
+# ---- waiting jobs ------------------------------------------------------------------------------------
+
+
+def _waiting(state: State, entry: JobEntry) -> Explanation:
+    key = entry.key
+    excluded = state.view.excluded.get(key)
+    if excluded is not None:
+        ex = Explanation(key, str(entry.status.phase or Phase.QUEUED), excluded.reason, excluded.message)
+        ex.add("What would unblock it", [_unblock_excluded(entry, excluded.reason)])
+        return ex
+    job = state.core_job(key)
+    pending = state.pending(key)
+    if job is None or pending is None:
+        nxt = state.admitted_next(key)
+        summary = (
+            "fits now: the operator admits it in its next cycle" if nxt else "not seen by the scheduler yet"
+        )
+        return Explanation(key, str(entry.status.phase or Phase.QUEUED), None, summary)
+    ex = Explanation(key, str(entry.status.phase or Phase.QUEUED), pending.code, pending.reason)
+    q = state.queues().get(job.queue)
+    ahead = _queue_line(state, job, pending.position)
+    ex.add("Queue", ahead, position=pending.position, queue=job.queue)
+    if q is not None:
+        book = _book(state)
+        gpus = 0 if job.recovering else job.workers.total_gpus
+        ex.add("Quota", _quota_lines(state, book, q, gpus), quota=_quota_data(book, q, gpus))
+        ex.add("Topology", _topology_lines(state, job), domains=_best_domains(state, job))
+        ex.add("What would unblock it", _unblock(state, job, q, pending.code, gpus))
+        ex.add("Preemption", _preemption_lines(state, book, job, q, gpus, pending.code, pending.position))
+    return ex
+
+
+def _queue_line(state: State, job: Job, position: int) -> list[str]:
+    same = sorted(
+        (
+            p
+            for p in state.decisions.pending
+            if (j := state.core_job(p.job)) is not None and j.queue == job.queue
+        ),
+        key=lambda p: p.position,
+    )
+    line = f"position {position} of {len(same)} waiting in queue {job.queue} (priority {job.priority})"
+    out = [line]
+    before = [p.job for p in same if p.position < position][:SHOW]
+    if before:
+        out.append(f"ahead of it: {', '.join(before)}{' ...' if position - 1 > len(before) else ''}")
+    return out
+
+
+def _book(state: State) -> QuotaBook:
+    ix = state.ix
+    return QuotaBook(CycleState(ix), state.queues(), ix.usage, ix.model_usage)
+
+
+def _quota_data(book: QuotaBook, q: Queue, gpus: int) -> dict[str, Any]:
+    check = book.check(q, gpus)
+    lent, peers_borrowed = book.cohort_lends(q)
+    return {
+        "nominal": q.nominal_gpus,
+        "used": book.used(q.name),
+        "request": gpus,
+        "cohort": q.cohort,
+        "cohortLends": lent,
+        "peersBorrow": peers_borrowed,
+        "borrowingLimit": q.borrowing_limit_gpus,
+        "fits": check.ok,
+    }
+
+
+def _quota_lines(state: State, book: QuotaBook, q: Queue, gpus: int) -> list[str]:
+    used = book.used(q.name)
+    after = used + gpus
+    out = [f"queue {q.name}: nominal {q.nominal_gpus}, in use {used}, this job {gpus} -> {after}"]
+    if q.held:
+        out.append(f"queue {q.name} is held (stopPolicy): it admits nothing new")
+    if q.cohort is not None:
+        lent, peers = book.cohort_lends(q)
+        limit = (
+            "no borrowing limit"
+            if q.borrowing_limit_gpus is None
+            else f"borrowing limit {q.borrowing_limit_gpus}"
+        )
+        out.append(
+            f"cohort {q.cohort}: the other queues lend {lent} unused GPUs and borrow {peers}; {limit}; "
+            f"{q.name} lends {lendable(q, used)} now"
+        )
+    check = book.check(q, gpus)
+    out.append("quota allows it" if check.ok else f"quota refuses it: {check.reason} ({check.code})")
+    return out
+
+
+def _best_domains(state: State, job: Job) -> list[dict[str, Any]]:
+    """Per topology level: the domain with the most free GPUs on the job's eligible nodes."""
+    ix = state.ix
+    tree = ix.tree
+    eligible = ix.eligibility(job).nodes
+    g = job.workers.gpus_per_worker
+    out = []
+    for depth in range(tree.node_depth + 1):
+        free: dict[int, int] = {}
+        slots: dict[int, int] = {}
+        for n in eligible:
+            dom = 0 if depth == 0 else tree.ancestors[n][depth] if depth < tree.node_depth else n
+            f = max(ix.free_gpu[n], 0)
+            free[dom] = free.get(dom, 0) + f
+            slots[dom] = slots.get(dom, 0) + (f // g if g else 0)
+        if not free:
+            continue
+        best = max(free, key=lambda d: (slots[d], free[d]))
+        name = ix.nodes[best].name if depth == tree.node_depth else tree.names[best]
+        out.append(
+            {
+                "level": tree.level_name(depth) if depth < tree.node_depth else "node",
+                "domain": name,
+                "freeGPUs": free[best],
+                "workerSlots": slots[best],
+            }
+        )
+    return out
+
+
+def _topology_lines(state: State, job: Job) -> list[str]:
+    w = job.workers
+    level = job.topology.level
+    want = f"needs {w.replicas} worker(s) x {w.gpus_per_worker} GPUs"
+    if level is not None:
+        want += f", {job.topology.mode.value.lower()} in one {level}"
+    eligible = state.ix.eligibility(job).nodes
+    out = [f"{want}; {len(eligible)} eligible node(s)"]
+    for d in _best_domains(state, job):
+        mark = (
+            " (its required level)" if d["level"] == level and job.topology.mode.value == "Required" else ""
+        )
+        out.append(
+            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, room for "
+            f"{d['workerSlots']} of its {w.replicas} workers{mark}"
+        )
+    return out
+
+
+# ---- what would unblock it ---------------------------------------------------------------------------
+
+
+def _unblock_excluded(entry: JobEntry, reason: str) -> str:
+    spec = entry.spec
+    if reason == "Suspended":
+        return f"resume it: gpuq resume {entry.key}"
+    if reason == "QueueNotFound" and spec is not None:
+        return f"create GPUQueue {spec.queue} (kubectl apply a GPUQueue named {spec.queue})"
+    if reason == PendingCode.EXCEEDS_CAPACITY:
+        return "more GPUs (nodes) than the cluster has, or a smaller gang"
+    return "fix what the message names (the spec or its queue); the operator retries on every change"
+
+
+def _unblock(state: State, job: Job, q: Queue, code: str, gpus: int) -> list[str]:
+    book = _book(state)
+    used = book.used(q.name)
+    if code == PendingCode.HELD:
+        return [f"release the queue: gpuq queue release {q.name}"]
+    if code == PendingCode.QUOTA_EXCEEDED:
+        short = used + gpus - q.nominal_gpus
+        out = [f"nominalGPUs of {q.name} raised to {used + gpus} (now {q.nominal_gpus})"]
+        return out + _finishing(state, _running_of(state, [q.name]), short, f"jobs of {q.name} finishing")
+    if code == PendingCode.BORROWING_LIMIT:
+        need = used + gpus - q.nominal_gpus
+        out = [f"borrowingLimitGPUs of {q.name} raised to {need} (now {q.borrowing_limit_gpus})"]
+        return out + _finishing(
+            state,
+            _running_of(state, [q.name]),
+            need - (q.borrowing_limit_gpus or 0),
+            f"jobs of {q.name} finishing",
+        )
+    if code == PendingCode.COHORT_EXHAUSTED and q.cohort is not None:
+        peers = [p.name for p in book.cohorts.get(q.cohort, []) if p.name != q.name]
+        borrowers = [p for p in book.cohorts.get(q.cohort, []) if book.borrowed(p) > 0 and p.name != q.name]
+        out = [f"more nominalGPUs in cohort {q.cohort} (any of {', '.join(peers) or 'no peers'})"]
+        if borrowers:
+            names = ", ".join(f"{p.name} (+{book.borrowed(p)})" for p in borrowers)
+            out.append(f"borrowing peers giving back quota: {names}")
+        return out
+    if code == PendingCode.BEHIND_QUEUE_HEAD:
+        return ["the job at the head of its queue being admitted first (StrictFIFO or the starvation rule)"]
+    if code == PendingCode.WAITING_FOR_PREEMPTION:
+        victims = [
+            k
+            for k, j in state.cache.jobs.items()
+            if j.status.preemption and j.status.preemption.preemptor == job.key
+        ]
+        return [f"its victims releasing their GPUs: {', '.join(victims) or 'already gone'}"]
+    if code == PendingCode.BACKING_OFF:
+        return [f"time: its restart back-off ends in {max(job.not_before - state.now, 0):.0f}s"]
+    if code in NEVER_CODES:
+        return ["nodes that match it (or a spec it can fit): no finishing job helps"]
+    if code in CAPACITY_CODES or code == PendingCode.CYCLE_LIMIT:
+        return _capacity_what_if(state, job)
+    return []
+
+
+def _running_of(state: State, queues: Sequence[str]) -> list[Job]:
+    ix = state.ix
+    keys = {k for q in queues for k in ix.running_by_queue.get(q, ())}
+    return sorted((ix.jobs[k] for k in keys if k not in ix.evicting), key=lambda j: -j.workers.total_gpus)
+
+
+def _finishing(state: State, running: Sequence[Job], gpus: int, what: str) -> list[str]:
+    """The fewest of `running` (largest first) whose GPUs cover `gpus`."""
+    if gpus <= 0:
+        return []
+    chosen, total = [], 0
+    for j in running:
+        chosen.append(j.key)
+        total += j.workers.total_gpus
+        if total >= gpus:
+            return [f"or {what}: {', '.join(chosen)} ({total} GPUs)"]
+    return []
+
+
+def _capacity_what_if(state: State, job: Job) -> list[str]:
+    """Running jobs whose finishing lets the core admit it, found by re-running the core without them:
+    the smallest prefix of the candidates (most GPUs on its eligible nodes first) that works, pruned."""
+    ix = state.ix
+    eligible = set(ix.eligibility(job).nodes)
+    weight = {
+        k: sum(ranks for n, ranks in ix.job_nodes.get(k, ()) if n in eligible)
+        for k, j in ix.jobs.items()
+        if j.running is not None and k not in ix.evicting
+    }
+    cands = sorted((k for k, w in weight.items() if w), key=lambda k: (-weight[k], k))
+    runs = [0]
+
+    def admitted_without(gone: Sequence[str]) -> bool:
+        runs[0] += 1
+        snap = state.view.snapshot
+        jobs = tuple(j for j in snap.jobs if j.key not in set(gone))
+        d = schedule(dataclasses.replace(snap, jobs=jobs), state.now, state.config)
+        return any(a.job == job.key for a in d.admit)
+
+    if not cands or not admitted_without(cands):
+        return [
+            "no set of running jobs finishing lets it in on its own: jobs ahead of it would take the room"
+        ]
+    lo, hi = 1, len(cands)  # smallest k with admitted_without(cands[:k])
+    while lo < hi and runs[0] < MAX_WHAT_IFS:
+        mid = (lo + hi) // 2
+        if admitted_without(cands[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    chosen = cands[:hi]
+    for k in list(reversed(chosen)):
+        if len(chosen) == 1 or runs[0] >= MAX_WHAT_IFS:
+            break
+        rest = [c for c in chosen if c != k]
+        if admitted_without(rest):
+            chosen = rest
+    names = ", ".join(chosen[:SHOW]) + (" ..." if len(chosen) > SHOW else "")
+    return [f"{len(chosen)} running job(s) finishing: {names} (the core admits it without them)"]
+
+
+# ---- preemption ------------------------------------------------------------------------------------
+
+
+def _preemption_lines(
+    state: State, book: QuotaBook, job: Job, q: Queue, gpus: int, code: str, position: int
+) -> list[str]:
+    if code == PendingCode.WAITING_FOR_PREEMPTION:
+        return ["it is preempting: see 'What would unblock it'"]
+    protected = frozenset(name for name, qq in state.queues().items() if qq.preemption.budget() == 0)
+    cands = preemption.allowed_victims(state.ix, book, job, q, gpus, state.now, set(), protected)
+    if cands:
+        names = ", ".join(f"{v.key} (priority {v.priority}, {v.gpus} GPUs)" for v in cands[:SHOW])
+        why = (
+            "only its queue's head preempts"
+            if position > 1
+            else "no set of them frees a placement that fits it (size, topology or constraints)"
+        )
+        return [f"it may preempt {len(cands)} job(s): {names}", f"it does not because {why}"]
+    return _why_no_victims(state, book, job, q, gpus)
+
+
+def _why_no_victims(state: State, book: QuotaBook, job: Job, q: Queue, gpus: int) -> list[str]:
+    ix = state.ix
+    out = []
+    if q.preemption.within_queue is WithinQueuePreemption.NEVER:
+        out.append(f"within {q.name}: withinQueue is Never")
+    else:
+        prios = ix.running_priorities.get(q.name) or {}
+        lowest = min(prios) if prios else None
+        if lowest is None:
+            out.append(f"within {q.name}: nothing of {q.name} runs")
+        else:
+            out.append(
+                f"within {q.name}: its running jobs have priority >= {lowest}; it (priority {job.priority}) "
+                "may only take strictly lower ones that are preemptible and past minRuntimeSeconds"
+            )
+    if q.cohort is None:
+        out.append(f"reclaim: {q.name} has no cohort")
+    elif q.preemption.reclaim_within_cohort is ReclaimPreemption.NEVER:
+        out.append(f"reclaim: reclaimWithinCohort of {q.name} is Never")
+    elif book.used(q.name) + gpus > q.nominal_gpus:
+        out.append(f"reclaim: only within nominal quota ({book.used(q.name)} + {gpus} > {q.nominal_gpus})")
+    else:
+        out.append(_why_no_reclaim(state, book, job, q))
+    return out
+
+
+def _why_no_reclaim(state: State, book: QuotaBook, job: Job, q: Queue) -> str:
+    assert q.cohort is not None
+    borrowers = [p for p in book.cohorts.get(q.cohort, []) if p.name != q.name and book.borrowed(p) > 0]
+    if not borrowers:
+        return f"reclaim: no peer in cohort {q.cohort} runs on borrowed quota"
+    names = ", ".join(f"{p.name} (+{book.borrowed(p)})" for p in borrowers)
+    prios = [j.priority for j in _running_of(state, [p.name for p in borrowers])]
+    if q.preemption.reclaim_within_cohort is ReclaimPreemption.LOWER_PRIORITY and prios:
+        return (
+            f"reclaim: {names} borrow, but reclaimWithinCohort LowerPriority takes only jobs below its "
+            f"priority {job.priority} (theirs: {min(prios)} and up)"
+        )
+    return (
+        f"reclaim: {names} borrow, but their jobs are not preemptible, inside minRuntimeSeconds, or their "
+        "queue's maxPreemptionsPerHour is used up"
+    )
+
+
+# ---- running jobs ----------------------------------------------------------------------------------
+
+
+def _running(state: State, entry: JobEntry) -> Explanation:
+    s = entry.status
+    key = entry.key
+    nodes = [p.node for p in s.placement]
+    ex = Explanation(key, str(s.phase), None, s.message or str(s.phase))
+    by_domain: dict[str, list[str]] = {}
+    job = state.core_job(key)
+    ix = state.ix
+    for n in nodes:
+        i = ix.node_idx.get(n)
+        dom = ix.tree.names[ix.tree.ancestors[i][-1]] if i is not None else "?"
+        by_domain.setdefault(dom, []).append(n)
+    placement = [f"{dom}: {', '.join(ns)}" for dom, ns in sorted(by_domain.items())]
+    when = []
+    if s.admitted_at:
+        when.append(f"admitted {s.admitted_at.isoformat()}")
+    if s.started_at:
+        when.append(f"running since {s.started_at.isoformat()}")
+    ex.add("Placement", [f"attempt {s.attempt} on {len(nodes)} node(s)", *placement, *when], nodes=nodes)
+    if job is not None:
+        ex.add("Preemption exposure", _exposure(state, job))
+    ck = s.last_checkpoint or entry.checkpoint
+    history = [
+        f"restarts {s.restarts}, preemptions {s.preemptions}, lost {s.lost_gpu_seconds:.0f} GPU-seconds"
+    ]
+    if ck is not None:
+        history.insert(0, f"last checkpoint: step {ck.step} at {ck.time.isoformat()} ({ck.path})")
+    else:
+        history.insert(0, "no checkpoint reported (a restart starts from the beginning)")
+    if s.preemption is not None:
+        history.append(
+            f"being stopped: {s.preemption.reason} (evicted by {s.preemption.deadline.isoformat()})"
+        )
+    ex.add("History", history, restarts=s.restarts, preemptions=s.preemptions)
+    return ex
+
+
+def _exposure(state: State, job: Job) -> list[str]:
+    q = state.queues().get(job.queue)
+    if q is None:
+        return []
+    if not job.preemptible:
+        return ["never preempted (preemptible: false)"]
+    if not q.preemption.preemptible:
+        return [f"never preempted (queue {q.name} is not preemptible)"]
+    out = []
+    if job.running is not None and state.now - job.running.started_at < job.min_runtime_seconds:
+        left = job.min_runtime_seconds - (state.now - job.running.started_at)
+        out.append(f"protected by minRuntimeSeconds for {left:.0f}s more")
+    higher = [
+        p.job
+        for p in state.decisions.pending
+        if (j := state.core_job(p.job)) is not None and j.queue == q.name and j.priority > job.priority
+    ]
+    if higher and q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
+        out.append(
+            f"{len(higher)} waiting job(s) of {q.name} with higher priority may preempt it: "
+            f"{', '.join(higher[:SHOW])}"
+        )
+    book = _book(state)
+    if book.borrowed(q) > 0:
+        out.append(
+            f"{q.name} runs {book.borrowed(q)} GPUs over its nominal quota: cohort peers may reclaim it"
+        )
+    if q.preemption.max_per_hour is not None:
+        out.append(f"queue {q.name} loses at most {q.preemption.max_per_hour} job(s) an hour to preemption")
+    return out or ["nothing waiting may preempt it now"]

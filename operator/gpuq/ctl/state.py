@@ -1,0 +1,89 @@
+"""The cluster as the operator would see it in its next cycle: the controller's own cache and
+snapshot builder over fresh lists, and the core's decisions for that snapshot (pure once the bodies
+are read: `State.of` takes bodies, a config and a time)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuq.api.trainingjob import PLACED_PHASES, Phase
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.preemption import HOUR
+from gpuq.controller.snapshot import SnapshotBuilder, View
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.decisions import Decisions, Pending
+from gpuq.core.index import ClusterIndex
+from gpuq.core.model import Job, Queue
+from gpuq.core.scheduler import schedule
+
+
+@dataclass
+class State:
+    cache: ClusterCache
+    config: SchedulerConfig
+    now: float
+    view: View
+    ix: ClusterIndex
+    decisions: Decisions
+
+    @classmethod
+    def of(
+        cls,
+        bodies: Iterable[Mapping[str, Any]],
+        config: SchedulerConfig,
+        now: float,
+    ) -> State:
+        cache = ClusterCache()
+        upsert = {
+            "Node": cache.upsert_node,
+            "GPUQueue": cache.upsert_queue,
+            "Namespace": cache.upsert_namespace,
+            "TrainingJob": cache.upsert_job,
+            "Pod": cache.upsert_pod,
+        }
+        for body in bodies:
+            upsert[str(body["kind"])](body)
+        view = SnapshotBuilder().build(cache, now, config, _evicting(cache), _recent_preemptions(cache, now))
+        ix = ClusterIndex(view.snapshot, config)
+        decisions = schedule(view.snapshot, now, config)
+        return cls(cache, config, now, view, ix, decisions)
+
+    # ---- lookups ----------------------------------------------------------------------------------
+    def pending(self, key: str) -> Pending | None:
+        return next((p for p in self.decisions.pending if p.job == key), None)
+
+    def admitted_next(self, key: str) -> bool:
+        return any(a.job == key for a in self.decisions.admit)
+
+    def core_job(self, key: str) -> Job | None:
+        return self.ix.jobs.get(key)
+
+    def queues(self) -> dict[str, Queue]:
+        return {q.name: q for q in self.view.snapshot.queues}
+
+
+def _evicting(cache: ClusterCache) -> frozenset[str]:
+    """Victims the operator is evicting, as their status and pods tell it (its tracker restores the
+    same from status after a restart): a preemption in progress, or an eviction whose pods remain."""
+    out = set()
+    for key, job in cache.jobs.items():
+        s = job.status
+        asked = s.preemption is not None and s.phase in PLACED_PHASES
+        leaving = s.phase in (Phase.PREEMPTED, Phase.SUSPENDED) and any(
+            p.live for p in cache.pods_of(key, job.uid)
+        )
+        if asked or leaving:
+            out.add(key)
+    return frozenset(out)
+
+
+def _recent_preemptions(cache: ClusterCache, now: float) -> dict[str, int]:
+    """Victims each queue lost in the last hour (GPUQueue status.recentPreemptions)."""
+    out = {}
+    for name, q in cache.queues.items():
+        n = sum(1 for t in q.status.recent_preemptions if now - t.timestamp() < HOUR)
+        if n:
+            out[name] = n
+    return out
