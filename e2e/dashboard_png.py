@@ -93,18 +93,27 @@ def _series(
 
 
 def _draw(ax: Any, api: Api, panel: Mapping[str, Any], start: float, end: float) -> None:
-    """One panel. Series split by queue keep one colour per queue across targets (used solid,
-    nominal dashed, borrowed dotted), as the dashboard's overrides style them."""
+    """One panel. Stacked panels are stacked (as Grafana draws them: no series hides behind
+    another); series split by queue keep one colour per queue across targets (used solid, nominal
+    dashed, borrowed dotted), as the dashboard's overrides style them."""
     styles = ("-", "--", ":")
     colours: dict[str, str] = {}
+    stacked = panel.get("fieldConfig", {}).get("defaults", {}).get("custom", {}).get("stacking", {})
+    layers: dict[str, dict[float, float]] = {}
     for i, target in enumerate(panel["targets"]):
         for labels, xs, ys in _series(api, target, start, end):
             legend = _legend(target.get("legendFormat", ""), labels)
+            if stacked.get("mode") == "normal":
+                layers[legend] = dict(zip(xs, ys, strict=True))
+                continue
             queue = labels.get("queue")
             colour = colours.setdefault(queue, f"C{len(colours)}") if queue else None
-            ax.plot(
-                xs, ys, label=legend, color=colour, linestyle=styles[i % 3] if queue else "-", linewidth=1.4
-            )
+            style = styles[i % 3] if queue else "-"
+            ax.plot(xs, ys, label=legend, color=colour, linestyle=style, linewidth=1.4)
+    if layers:
+        times = sorted({t for layer in layers.values() for t in layer})
+        ys = [[layer.get(t, 0.0) for t in times] for layer in layers.values()]
+        ax.stackplot(times, ys, labels=list(layers), alpha=0.6, step="post")
     unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit", "")
     ax.set_xlim(0, end - start)  # the whole scenario, also where a quantile has no data (NaN)
     ax.set_ylim(bottom=0)
@@ -113,7 +122,7 @@ def _draw(ax: Any, api: Api, panel: Mapping[str, Any], start: float, end: float)
     ax.set_ylabel({"s": "seconds", "short": "", "ops": "per second"}.get(unit, unit), fontsize=8)
     ax.tick_params(labelsize=8)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", ncol=2 if len(ax.get_lines()) > 4 else 1)
+    ax.legend(fontsize=7, loc="upper left", ncol=2 if len(ax.get_lines()) + len(layers) > 4 else 1)
 
 
 def render_panels(api: Api, dashboard: Mapping[str, Any], directory: Path, since: float) -> Path:
