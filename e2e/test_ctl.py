@@ -165,3 +165,24 @@ def test_errors_are_one_readable_line(cluster: E2ECluster, gpuq: GpuqClient, ns:
     )  # fmt: skip
     assert env_less.returncode == 2 and "Traceback" not in env_less.stderr
     assert env_less.stderr.startswith("gpuq queues: no usable kubeconfig")
+
+
+def test_explain_a_gang_backing_off_after_repeated_failures(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Any
+) -> None:
+    """Each worker fails a second after it starts; from the third restart on the back-off (5 s x 2^(n-2))
+    is long enough to ask explain while it lasts."""
+    from gpuq.devcluster import SIM_FAIL_AFTER
+
+    q = queue(cluster.gpus_per_node)
+    gpuq.submit(ns, "crashy", q, 1, cluster.gpus_per_node, maxRestarts=10, annotations={SIM_FAIL_AFTER: "1s"})
+    gpuq.wait_status(
+        ns,
+        "crashy",
+        lambda s: s.get("reason") == "BackingOff" and s.get("restarts", 0) >= 3,
+        120,
+        "a long restart back-off",
+    )
+    ex = explain(cluster, ns, "crashy")
+    assert ex["reason"] == "BackingOff" and ex["phase"] == "Recovering", ex
+    assert ex["sections"]["What would unblock it"][0].startswith("time: its restart back-off ends in ")
