@@ -110,9 +110,7 @@ class QuotaBook:
 
     def lent(self, q: Queue) -> int:
         """GPUs q currently lends to its cohort."""
-        return self._lendable(q, self.usage.get(q.name, 0))
-
-    _lendable = staticmethod(lendable)
+        return lendable(q, self.usage.get(q.name, 0))
 
     def share(self, q: Queue) -> float:
         return fair_share(q, self.usage.get(q.name, 0))
@@ -151,7 +149,7 @@ class QuotaBook:
         # The cohort invariant must hold after the admission even when q stays within its nominal
         # quota: GPUs q lent to peers are not free for q until they are reclaimed or released.
         lent, peers_borrowed = self.cohort_lends(q)
-        lent_after = self._lendable(q, after)
+        lent_after = lendable(q, after)
         if peers_borrowed + borrow_after > lent + lent_after:
             if borrow_after == 0:
                 reason = (

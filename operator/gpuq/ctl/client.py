@@ -19,9 +19,10 @@ PLURALS = {"TrainingJob": "trainingjobs", "GPUQueue": "gpuqueues"}
 class CtlError(Exception):
     """A failure to report in one line (exit code 2 for the cluster, 1 for the object)."""
 
-    def __init__(self, message: str, code: int = 1) -> None:
+    def __init__(self, message: str, code: int = 1, status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.status = status  # the HTTP status it comes from, if any
 
 
 class Client:
@@ -69,7 +70,7 @@ class Client:
             message = json.loads(exc.body or "{}").get("message") or exc.reason
         except ValueError:
             message = exc.reason
-        return CtlError(f"{message} (HTTP {exc.status})", 2 if exc.status in (401, 403) else 1)
+        return CtlError(f"{message} (HTTP {exc.status})", 2 if exc.status in (401, 403) else 1, exc.status)
 
     def _crds_installed(self) -> bool:
         try:
@@ -106,7 +107,7 @@ class Client:
         try:
             return dict(self._get(path))
         except CtlError as exc:
-            if "(HTTP 404)" in str(exc):
+            if exc.status == 404:
                 raise CtlError(f"trainingjob {namespace}/{name} not found") from None
             raise
 
@@ -114,7 +115,7 @@ class Client:
         try:
             return dict(self._get(f"/apis/{meta.GROUP}/{meta.VERSION}/gpuqueues/{name}"))
         except CtlError as exc:
-            if "(HTTP 404)" in str(exc):
+            if exc.status == 404:
                 raise CtlError(f"gpuqueue {name} not found") from None
             raise
 
@@ -123,7 +124,7 @@ class Client:
         try:
             cm = self._get(f"/api/v1/namespaces/{namespace}/configmaps/{CONFIG_MAP_NAME}")
         except CtlError as exc:
-            if "(HTTP 404)" in str(exc) or "(HTTP 403)" in str(exc):
+            if exc.status in (403, 404):
                 return SchedulerConfig()
             raise
         try:

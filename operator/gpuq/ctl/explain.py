@@ -11,6 +11,7 @@ from typing import Any
 
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller.objects import JobEntry
+from gpuq.controller.snapshot import SUSPENDED
 from gpuq.core import preemption
 from gpuq.core.decisions import CAPACITY_CODES, NEVER_CODES, PendingCode
 from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
@@ -86,7 +87,7 @@ def _waiting(state: State, entry: JobEntry) -> Explanation:
         gpus = 0 if job.recovering else job.workers.total_gpus
         ex.add("Quota", _quota_lines(state, book, q, gpus), quota=_quota_data(book, q, gpus))
         ex.add("Topology", _topology_lines(state, job), domains=_best_domains(state, job))
-        ex.add("What would unblock it", _unblock(state, job, q, pending.code, gpus))
+        ex.add("What would unblock it", _unblock(state, book, job, q, pending.code, gpus))
         ex.add("Preemption", _preemption_lines(state, book, job, q, gpus, pending.code, pending.position))
     return ex
 
@@ -204,7 +205,7 @@ def _topology_lines(state: State, job: Job) -> list[str]:
 
 def _unblock_excluded(entry: JobEntry, reason: str) -> str:
     spec = entry.spec
-    if reason == "Suspended":
+    if reason == SUSPENDED:
         return f"resume it: gpuq resume {entry.key}"
     if reason == "QueueNotFound" and spec is not None:
         return f"create GPUQueue {spec.queue} (kubectl apply a GPUQueue named {spec.queue})"
@@ -213,8 +214,7 @@ def _unblock_excluded(entry: JobEntry, reason: str) -> str:
     return "fix what the message names (the spec or its queue); the operator retries on every change"
 
 
-def _unblock(state: State, job: Job, q: Queue, code: str, gpus: int) -> list[str]:
-    book = _book(state)
+def _unblock(state: State, book: QuotaBook, job: Job, q: Queue, code: str, gpus: int) -> list[str]:
     used = book.used(q.name)
     if code == PendingCode.HELD:
         return [f"release the queue: gpuq queue release {q.name}"]
@@ -291,8 +291,8 @@ def _capacity_what_if(state: State, job: Job) -> list[str]:
 
     def admitted_without(gone: Sequence[str]) -> bool:
         runs[0] += 1
-        snap = state.view.snapshot
-        jobs = tuple(j for j in snap.jobs if j.key not in set(gone))
+        snap, drop = state.view.snapshot, set(gone)
+        jobs = tuple(j for j in snap.jobs if j.key not in drop)
         d = schedule(dataclasses.replace(snap, jobs=jobs), state.now, state.config)
         return any(a.job == job.key for a in d.admit)
 

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpuq.api.trainingjob import PLACED_PHASES, Phase
+from gpuq.api.trainingjob import Phase
 from gpuq.controller.cache import ClusterCache
-from gpuq.controller.preemption import HOUR
+from gpuq.controller.preemption import HOUR, PreemptionTracker
 from gpuq.controller.snapshot import SnapshotBuilder, View
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import Decisions, Pending
@@ -65,18 +65,17 @@ class State:
 
 
 def _evicting(cache: ClusterCache) -> frozenset[str]:
-    """Victims the operator is evicting, as their status and pods tell it (its tracker restores the
-    same from status after a restart): a preemption in progress, or an eviction whose pods remain."""
-    out = set()
-    for key, job in cache.jobs.items():
-        s = job.status
-        asked = s.preemption is not None and s.phase in PLACED_PHASES
-        leaving = s.phase in (Phase.PREEMPTED, Phase.SUSPENDED) and any(
-            p.live for p in cache.pods_of(key, job.uid)
-        )
-        if asked or leaving:
-            out.add(key)
-    return frozenset(out)
+    """Victims the operator is evicting, as a new leader restores them (PreemptionTracker.restore:
+    a preemption recorded in a placed job's status), plus evictions whose pods are still leaving."""
+    tracker = PreemptionTracker()
+    tracker.restore(cache.jobs.values())
+    leaving = {
+        key
+        for key, job in cache.jobs.items()
+        if job.status.phase in (Phase.PREEMPTED, Phase.SUSPENDED)
+        and any(p.live for p in cache.pods_of(key, job.uid))
+    }
+    return frozenset({e.victim for e in tracker.all()} | leaving)
 
 
 def _recent_preemptions(cache: ClusterCache, now: float) -> dict[str, int]:
