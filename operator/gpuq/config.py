@@ -15,6 +15,7 @@ the offending path, so a typo never silently falls back to a default.
                nodeFlapWindowSeconds: 600, nodeFlapThreshold: 3,
                disruptionFraction: 0.3, disruptionMinNodes: 3, disruptionMaxSeconds: 300,
                disruptionSettleSeconds: 15}
+    service: {thresholdsGPUHours: [1.0], preempt: true, minRunSeconds: 900}   # [] : plain FIFO
     starvationSeconds: 300
     maxAdmissionsPerCycle: 10000
     maxPreemptionSearchesPerCycle: 16
@@ -34,7 +35,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from gpuq.core.config import FailoverConfig, SchedulerConfig, ScoringWeights
+from gpuq.core.config import FailoverConfig, SchedulerConfig, ScoringWeights, ServiceOrdering
 from gpuq.core.model import Topology
 
 CONFIG_MAP_NAME = "gpuq-scheduler-config"
@@ -94,10 +95,26 @@ class _Failover(_Strict):
     disruption_settle_seconds: float = Field(default=_DEFAULT.failover.disruption_settle_seconds, ge=0)
 
 
+class _Service(_Strict):
+    thresholds_gpu_hours: list[float] = Field(
+        default_factory=lambda: list(_DEFAULT.service.thresholds_gpu_hours), alias="thresholdsGPUHours"
+    )
+    preempt: bool = Field(default=_DEFAULT.service.preempt)
+    min_run_seconds: float = Field(default=_DEFAULT.service.min_run_seconds, ge=0)
+
+    @field_validator("thresholds_gpu_hours")
+    @classmethod
+    def _ascending_and_positive(cls, thresholds: list[float]) -> list[float]:
+        if any(t <= 0 for t in thresholds) or thresholds != sorted(set(thresholds)):
+            raise ValueError(f"thresholds must be positive and strictly ascending, got {thresholds}")
+        return thresholds
+
+
 class _Config(_Strict):
     topology: _Topology = Field(default_factory=_Topology)
     weights: _Weights = Field(default_factory=_Weights)
     failover: _Failover = Field(default_factory=_Failover)
+    service: _Service = Field(default_factory=_Service)
     starvation_seconds: float = Field(default=_DEFAULT.starvation_seconds, ge=0)
     max_admissions_per_cycle: int = Field(default=_DEFAULT.max_admissions_per_cycle, ge=1)
     max_preemption_searches_per_cycle: int = Field(default=_DEFAULT.max_preemption_searches_per_cycle, ge=1)
@@ -114,6 +131,9 @@ class _Config(_Strict):
             ),
             weights=ScoringWeights(**self.weights.model_dump()),
             failover=FailoverConfig(**self.failover.model_dump()),
+            service=ServiceOrdering(
+                tuple(self.service.thresholds_gpu_hours), self.service.preempt, self.service.min_run_seconds
+            ),
             starvation_seconds=self.starvation_seconds,
             max_admissions_per_cycle=self.max_admissions_per_cycle,
             max_preemption_searches_per_cycle=self.max_preemption_searches_per_cycle,

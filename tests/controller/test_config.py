@@ -48,6 +48,8 @@ def test_config_map_key_is_read(tmp_path: Path) -> None:
         ("failover: {notReadyGrace: 3}", "failover.notReadyGrace: Extra inputs are not permitted"),
         ("weights: {rack: -1}", "weights.rack"),
         ("extenderPort: 70000", "extenderPort"),
+        ("service: {thresholdsGPUHours: [4, 1]}", "strictly ascending"),
+        ("service: {minRunSeconds: -1}", "service.minRunSeconds"),
         ("topology: {levels: [{name: rack, label: r}]}", "last (innermost) level must be 'node'"),
         ("topology: {levels: [{name: node, label: a}, {name: node, label: b}]}", "unique"),
         ("- 1", "expected a mapping"),
@@ -70,13 +72,25 @@ def test_every_scheduler_config_field_is_settable_from_config_yaml() -> None:
     """A field added to gpuq.core.config must be readable from the ConfigMap too (no silent drift)."""
     import dataclasses
 
-    from gpuq.config import _Config, _Failover, _Weights
-    from gpuq.core.config import FailoverConfig, SchedulerConfig, ScoringWeights
+    from gpuq.config import _Config, _Failover, _Service, _Weights
+    from gpuq.core.config import FailoverConfig, SchedulerConfig, ScoringWeights, ServiceOrdering
 
-    pairs = ((SchedulerConfig, _Config), (FailoverConfig, _Failover), (ScoringWeights, _Weights))
+    pairs = (
+        (SchedulerConfig, _Config),
+        (FailoverConfig, _Failover),
+        (ScoringWeights, _Weights),
+        (ServiceOrdering, _Service),
+    )
     for core_cls, yaml_cls in pairs:
         assert {f.name for f in dataclasses.fields(core_cls)} == set(yaml_cls.model_fields), core_cls.__name__
 
 
 def test_preemption_search_budget_is_configurable() -> None:
     assert parse_config("maxPreemptionSearchesPerCycle: 3").max_preemption_searches_per_cycle == 3
+
+
+def test_attained_service_ordering_is_configurable_and_can_be_turned_off() -> None:
+    cfg = parse_config("service: {thresholdsGPUHours: [0.5, 8], preempt: false, minRunSeconds: 60}")
+    assert cfg.service.thresholds_gpu_hours == (0.5, 8.0) and not cfg.service.preempt
+    assert cfg.service.thresholds_gpu_seconds == (1800.0, 28800.0)
+    assert parse_config("service: {thresholdsGPUHours: []}").service.thresholds_gpu_hours == ()

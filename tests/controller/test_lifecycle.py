@@ -63,12 +63,14 @@ def test_failed_worker_restarts_the_whole_gang() -> None:
         ],
     }
     ckpt = {"step": 10, "path": "p", "time": "2023-11-14T22:13:50Z"}  # T0 + 30
-    plan = run(job("a", maxRestarts=2, status=placed_status(nodes, restarts=0, lastCheckpoint=ckpt)), *pods)
+    status = placed_status(nodes, restarts=0, lastCheckpoint=ckpt, attainedGPUSeconds=500.0)
+    plan = run(job("a", maxRestarts=2, status=status), *pods)
     s = plan.status
     assert s["phase"] == "Recovering" and s["restarts"] == 1 and s["placement"] == []
     assert s["previousPlacement"] == [{"rank": 0, "node": "n1"}, {"rank": 1, "node": "n2"}]
     assert "rank 1 failed on n2" in s["message"] and "OOMKilled" in s["message"]
     assert s["lostGPUSeconds"] == (NOW - (T0 + 30)) * 16  # since the checkpoint, not the start
+    assert s["attainedGPUSeconds"] == 500.0 + (NOW - (T0 + 20)) * 16  # the whole attempt, added once
     assert plan.delete_pods == ("team-a/a-1-0",)  # the still-running worker; the failed one is done
     assert plan.events[0].reason == "WorkerFailed"
 

@@ -66,7 +66,7 @@ def job(
     priority: int = 0,
     created: float = 900.0,  # NOW - 100: younger than the default starvation threshold
     on: Sequence[str] | None = None,
-    started: float = 0.0,
+    started: float = 900.0,  # NOW - 100: shorter than ServiceOrdering.min_run_seconds
     level: str | None = None,
     required: bool = True,
     **kw: object,
@@ -264,7 +264,29 @@ def check_reasons(s: Snapshot, d: Decisions) -> None:
         assert sorted(positions) == list(range(1, len(positions) + 1)), f"queue {q} positions {positions}"
 
 
-def victim_allowed(s: Snapshot, victim: str, for_job: str, now: float) -> bool:
+def outranks_by_service(v: Job, j: Job, now: float, config: SchedulerConfig) -> bool:
+    """The attained-service rule, recomputed here from its definition (docs/scheduling.md)."""
+    rule = config.service
+    if not (rule.preempt and rule.thresholds_gpu_hours) or v.running is None:
+        return False
+    if now - v.running.started_at < rule.min_run_seconds:
+        return False
+    service_v = v.attained_gpu_seconds + len(v.running.placement) * v.workers.gpus_per_worker * (
+        now - v.running.started_at
+    )
+    service_j = j.attained_gpu_seconds
+    if j.running is not None:  # a restarted gang re-placing itself still shows its old attempt
+        service_j += (
+            len(j.running.placement) * j.workers.gpus_per_worker * max(0.0, now - j.running.started_at)
+        )
+    levels = [3600.0 * t for t in rule.thresholds_gpu_hours]
+    return sum(service_v >= t for t in levels) > sum(service_j >= t for t in levels)
+
+
+def victim_allowed(
+    s: Snapshot, victim: str, for_job: str, now: float, config: SchedulerConfig | None = None
+) -> bool:
+    config = config or SchedulerConfig()
     jobs = {j.key: j for j in s.jobs}
     queues = {q.name: q for q in s.queues}
     v, j = jobs[victim], jobs[for_job]
@@ -277,7 +299,11 @@ def victim_allowed(s: Snapshot, victim: str, for_job: str, now: float) -> bool:
     if vq_policy is not None and vq_policy.budget() == 0:
         return False  # a non-preemptible queue, or one out of preemptions this hour
     if v.queue == j.queue:
-        return q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY and v.priority < j.priority
+        if q.preemption.within_queue is not WithinQueuePreemption.LOWER_PRIORITY:
+            return False
+        return v.priority < j.priority or (
+            v.priority == j.priority and outranks_by_service(v, j, now, config)
+        )
     vq = queues.get(v.queue)
     if vq is None or q.cohort is None or vq.cohort != q.cohort:
         return False
@@ -295,7 +321,7 @@ def victim_allowed(s: Snapshot, victim: str, for_job: str, now: float) -> bool:
     return usage > vq.nominal_gpus
 
 
-def check_preemptions(s: Snapshot, d: Decisions, now: float) -> None:
+def check_preemptions(s: Snapshot, d: Decisions, now: float, config: SchedulerConfig | None = None) -> None:
     pend = {p.job: p for p in d.pending}
     seen: set[str] = set()
     jobs = {j.key: j for j in s.jobs}
@@ -308,7 +334,7 @@ def check_preemptions(s: Snapshot, d: Decisions, now: float) -> None:
     for p in d.preempt:
         assert p.victim not in seen, f"{p.victim} preempted twice"
         seen.add(p.victim)
-        assert victim_allowed(s, p.victim, p.for_job, now), (
+        assert victim_allowed(s, p.victim, p.for_job, now, config), (
             f"{p.victim} is not an allowed victim of {p.for_job}"
         )
         assert p.for_job in pend and pend[p.for_job].code == PendingCode.WAITING_FOR_PREEMPTION
@@ -320,7 +346,7 @@ def check_all(s: Snapshot, d: Decisions, now: float, config: SchedulerConfig) ->
     check_gangs(s, d)
     check_required_topology(s, d)
     check_reasons(s, d)
-    check_preemptions(s, d, now)
+    check_preemptions(s, d, now, config)
 
 
 def with_running(j: Job, placement: Sequence[str], started: float = 0.0, **kw: object) -> Job:

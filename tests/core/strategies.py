@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from gpuq.core import SchedulerConfig
+from gpuq.core.config import ServiceOrdering
 from gpuq.core.model import (
     Checkpoint,
     Constraints,
@@ -215,6 +216,7 @@ def _jobs(
             min_runtime_seconds=rnd.choice((0.0, 0.0, 500.0)),
             constraints=_constraints(rnd),
             restart_count=rnd.randint(0, 2),
+            attained_gpu_seconds=rnd.choice((0.0, 0.0, 0.0, 2_000.0, 4_000.0, 40_000.0)),
         )
         placement = _first_fit(rnd, free, names, replicas, (gpw, cpu, mem)) if rnd.random() < 0.5 else None
         if placement is not None:
@@ -255,5 +257,13 @@ def scenarios(
     node_list = _nodes(rnd, shape, failures)
     queue_list = _queues(rnd, n_queues, preemption)
     job_list = _jobs(rnd, n_jobs, node_list, [q.name for q in queue_list], evicting)
-    config = SchedulerConfig(starvation_seconds=rnd.choice((300.0, 5000.0)))
+    service = rnd.choice(
+        (
+            ServiceOrdering(),
+            ServiceOrdering(thresholds_gpu_hours=(0.5, 2.0), min_run_seconds=100.0),
+            ServiceOrdering(thresholds_gpu_hours=()),
+            ServiceOrdering(preempt=False),
+        )
+    )
+    config = SchedulerConfig(starvation_seconds=rnd.choice((300.0, 5000.0)), service=service)
     return Snapshot(Topology(), tuple(node_list), tuple(queue_list), tuple(job_list)), config

@@ -63,7 +63,7 @@ def test_every_pending_job_gets_reason_and_position(sc: Scenario) -> None:
 def test_preemption_only_of_allowed_victims_and_only_if_preemptor_fits(sc: Scenario) -> None:
     s, cfg = sc
     d = schedule(s, NOW, cfg)
-    check_preemptions(s, d, NOW)
+    check_preemptions(s, d, NOW, cfg)
     check_no_overcommit(s, d)  # "later": with victims gone, every nominated preemptor fits
 
 
@@ -211,7 +211,7 @@ def test_interchangeable_jobs_keep_every_invariant(sc: Scenario, rnd: random.Ran
     check_no_overcommit(s2, d)
     check_gangs(s2, d)
     check_reasons(s2, d)
-    check_preemptions(s2, d, NOW)
+    check_preemptions(s2, d, NOW, cfg)
     new_admissions = sum(1 for a in d.admit if not a.restart)
     if new_admissions < cfg.max_admissions_per_cycle:
         assert all(p.code != PendingCode.CYCLE_LIMIT for p in d.pending), "skipped jobs left unexplained"

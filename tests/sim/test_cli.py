@@ -20,7 +20,7 @@ def simulate_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 def test_canonical_trace_all_policies_to_json(capsys: pytest.CaptureFixture[str]) -> None:
     out = simulate_json(capsys, str(FIXTURES / "canonical_small.csv"), *SMALL, "--policy", "all")
-    assert [r["policy"] for r in out["results"]] == ["gpuq", "kube-default", "gang-binpack"]
+    assert [r["policy"] for r in out["results"]] == ["gpuq", "kube-default", "gang-binpack", "kueue-tas"]
     assert all(r["finished"] == 3 for r in out["results"])
     assert out["scenario"]["gpus"] == 32
 

@@ -155,16 +155,39 @@ def test_preemption_loses_work_unless_the_victim_checkpoints_first() -> None:
     one_node = ClusterShape(racks_per_block=1, nodes_per_rack=1, gpus_per_node=8)
     queue = (Queue("q", nominal_gpus=8),)
     jobs = [TraceJob("low", 0, 1000, 8, "q", priority=0), TraceJob("high", 100, 10, 8, "q", priority=5)]
-    kube = run(jobs, "kube-default", shape=one_node, queues=queue)
+    costs = {"checkpoint_minutes": None, "checkpoint_save_seconds": 60.0, "restart_overhead_seconds": 120.0}
+    kube = run(jobs, "kube-default", shape=one_node, queues=queue, **costs)
     assert kube["preemptions"] == 1
     assert kube["lost_gpu_hours"] == pytest.approx(8 * 100 / 3600)  # no checkpoint: 100 s of 8 GPUs lost
-    assert kube["makespan"] == pytest.approx(110 + 1000)
-    gpuq = run(jobs, "gpuq", shape=one_node, queues=queue)
+    assert kube["makespan"] == pytest.approx(110 + 120 + 1000)  # restarts from scratch, after start-up
+    gpuq = run(jobs, "gpuq", shape=one_node, queues=queue, **costs)
     assert gpuq["preemptions"] == 1 and gpuq["lost_gpu_hours"] == 0.0
-    assert gpuq["makespan"] == pytest.approx(110 + 900)  # resumes from its preemption checkpoint
+    # The victim holds its GPUs 60 s while it saves; high runs 160-170; low resumes after start-up.
+    assert gpuq["queueing_delay"]["avg"] == pytest.approx((0 + 60) / 2)
+    assert gpuq["makespan"] == pytest.approx(170 + 120 + 900)
+    assert gpuq["overhead_gpu_hours"] == pytest.approx(8 * (60 + 120) / 3600)
 
 
-@pytest.mark.parametrize("policy", ["gpuq", "gang-binpack", "kube-default"])
+def test_a_save_longer_than_the_grace_is_a_kill_at_the_deadline() -> None:
+    one_node = ClusterShape(racks_per_block=1, nodes_per_rack=1, gpus_per_node=8)
+    queue = (Queue("q", nominal_gpus=8),)
+    jobs = [TraceJob("low", 0, 4000, 8, "q", priority=0), TraceJob("high", 3000, 10, 8, "q", priority=5)]
+    r = run(
+        jobs,
+        "gpuq",
+        shape=one_node,
+        queues=queue,
+        checkpoint_minutes=30,
+        checkpoint_save_seconds=90.0,
+        checkpoint_grace_seconds=60.0,
+        restart_overhead_seconds=0.0,
+    )
+    # Killed at 3060: only the periodic checkpoint at 1800 s survives, 1260 s of 8 GPUs are lost.
+    assert r["lost_gpu_hours"] == pytest.approx(8 * 1260 / 3600)
+    assert r["makespan"] == pytest.approx(3070 + 4000 - 1800)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
 def test_node_failures_restart_whole_gangs_and_lose_at_most_a_checkpoint_interval(policy: str) -> None:
     jobs = [TraceJob(f"j{i}", i * 600, 4 * 3600, 8 if i % 2 else 4, "q") for i in range(12)]
     spy = Spy(make_policy(policy))
@@ -183,6 +206,10 @@ def test_node_failures_restart_whole_gangs_and_lose_at_most_a_checkpoint_interva
     assert len(restarts) == r["restarts"]
     assert r["lost_gpu_hours"] <= r["restarts"] * 8 * 0.5 + 1e-9
     assert r["ettr"] < 1.0
+    # ETTR's complement is what the costs took: lost work and start-ups (no requested saves here).
+    held = r["gpu_allocation"] * r["sim"]["cluster_gpus"] * r["makespan"] / 3600
+    taken = r["lost_gpu_hours"] + r["overhead_gpu_hours"]
+    assert r["ettr"] * held == pytest.approx(held - taken, rel=1e-6)
 
 
 def test_same_seed_same_results() -> None:

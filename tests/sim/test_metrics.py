@@ -69,4 +69,4 @@ def test_recorder_integrates_levels_and_weights_comm_by_gpu_time() -> None:
     assert s["queueing_delay"]["avg"] == 5.0 and s["jct"]["avg"] == 20.0
     assert s["per_queue"]["r"]["progress_rate"] == pytest.approx(10 / 30)
     assert s["jain_fairness"] == pytest.approx(jain([1.0, 1 / 3]))
-    assert s["ettr"] == pytest.approx((4 * 10 + 2 * 10) / 140)
+    assert s["useful_ratio"] == pytest.approx((4 * 10 + 2 * 10) / 140)

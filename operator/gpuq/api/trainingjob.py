@@ -251,6 +251,15 @@ class TrainingJobStatus(ApiModel):
         ge=0,
         description="GPU-seconds of work lost to restarts (since the last checkpoint).",
     )
+    attained_gpu_seconds: float = Field(
+        default=0.0,
+        alias="attainedGPUSeconds",
+        ge=0,
+        description=(
+            "GPU-seconds the job held running in its ended attempts (attained service: within its queue "
+            "and priority, jobs with less go first; docs/scheduling.md)."
+        ),
+    )
     observed_generation: int | None = Field(default=None, ge=0, description="Last metadata.generation seen.")
     conditions: list[Condition] = conditions_field("Observations: Admitted, QueueNotFound, Invalid, ...")
 

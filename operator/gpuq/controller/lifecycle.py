@@ -49,6 +49,19 @@ def backoff(restarts: int, cfg: FailoverConfig) -> float:
     return backoff_seconds(restarts - 1, cfg)  # the core counts the restarts before this one
 
 
+def ran_gpu_seconds(job: JobEntry, now: float) -> float:
+    """GPU-seconds the current attempt has held running (from its start, else its admission: the same
+    start the core's Running.started_at uses); 0 once the attempt let go of its placement, so an
+    attempt is counted once however many evictions overlap."""
+    if job.spec is None or not job.status.placement:
+        return 0.0
+    started = parse_time(job.status.started_at) or parse_time(job.status.admitted_at)
+    if started is None:
+        return 0.0
+    w = job.spec.workers
+    return max(0.0, now - started) * w.replicas * w.gpus_per_worker
+
+
 def lost_gpu_seconds(job: JobEntry, now: float) -> float:
     """GPU-seconds run since the later of the attempt's start and the last checkpoint."""
     if job.spec is None:
@@ -124,6 +137,7 @@ def evict_status(
         "restarts": restarts,
         "failed_nodes": known_failed,
         "started_at": None,
+        "attained_gpu_seconds": round(s.attained_gpu_seconds + ran_gpu_seconds(job, now), 3),
         "preemption": None,
         "reason": None,
         "conditions": st.without_condition(

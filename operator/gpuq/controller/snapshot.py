@@ -601,4 +601,5 @@ def _job(
         recovering=st.phase == Phase.RECOVERING and hold is None,
         not_before=not_before,
         evicting=evicting and hold is not None,
+        attained_gpu_seconds=st.attained_gpu_seconds,
     )

@@ -46,10 +46,32 @@ class FailoverConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ServiceOrdering:
+    """Attained-service ordering within a queue (Tiresias' discretized LAS, docs/scheduling.md).
+
+    A job's attained service is the GPU-time it has held running, over all its attempts. Its level is
+    the number of thresholds it has reached. Within a queue and priority, lower levels go first (FIFO
+    within a level), so a long-running job that was stopped waits behind new work of its queue. With
+    `preempt`, a pending job may also evict running jobs of its own queue and priority at a higher
+    level, once they ran `min_run_seconds` in their current attempt (this bounds the restart cost a
+    job pays per level). `thresholds_gpu_hours=()` turns the rule off: plain FIFO.
+    """
+
+    thresholds_gpu_hours: tuple[float, ...] = (1.0,)
+    preempt: bool = True
+    min_run_seconds: float = 900.0
+
+    @property
+    def thresholds_gpu_seconds(self) -> tuple[float, ...]:
+        return tuple(3600.0 * t for t in self.thresholds_gpu_hours)
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     topology: Topology = field(default_factory=Topology)
     weights: ScoringWeights = field(default_factory=ScoringWeights)
     failover: FailoverConfig = field(default_factory=FailoverConfig)
+    service: ServiceOrdering = field(default_factory=ServiceOrdering)
     # BestEffortFIFO: a head that has waited this long gets a reservation; later jobs may only
     # backfill around it (see docs/scheduling.md).
     starvation_seconds: float = 300.0

@@ -10,6 +10,7 @@ works on a copy), and decisions are the same with or without it.
 from __future__ import annotations
 
 import bisect
+import heapq
 from array import array
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -28,17 +29,20 @@ from gpuq.core.constraints import (
 from gpuq.core.fit import Demand, Extra, extra_of, slots_on
 from gpuq.core.model import Job, Node, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
+from gpuq.core.service import level as service_level
+from gpuq.core.service import service_times
 from gpuq.core.topology import DomainTree, scope_sizes
 
 NO_MODEL = ""  # model key of nodes that report no GPU model
 
 
-OrderKey = tuple[int, float, str]
+OrderKey = tuple[int, int, float, str]
 
 
-def order_key(job: Job) -> OrderKey:
-    """Queue order: higher priority first, then older, then by key (a stable tie-break)."""
-    return (-job.priority, job.created_at, job.key)
+def order_key(job: Job, thresholds: tuple[float, ...] = ()) -> OrderKey:
+    """Queue order: higher priority first, then the lower attained-service level (ServiceOrdering;
+    a pending job's level is fixed while it waits), then older, then by key (a stable tie-break)."""
+    return (-job.priority, service_level(job, 0.0, thresholds), job.created_at, job.key)
 
 
 def pending_class(job: Job, d: Demand) -> Hashable:
@@ -100,6 +104,7 @@ class ClusterIndex:
 
     def __init__(self, snapshot: Snapshot, config: SchedulerConfig) -> None:
         self.config = config
+        self.thresholds = config.service.thresholds_gpu_seconds
         self.rebuilds = 0
         self._build(snapshot)
 
@@ -178,6 +183,10 @@ class ClusterIndex:
         self.class_ids: dict[Hashable, int] = {}  # pending class -> small int (cheap to hash)
         self.class_invalid: dict[int, str | None] = {}  # pending class -> spec error (scheduler fills)
         self.evicting: set[str] = set()
+        # When running jobs reach an attained-service level or their minimum run (gpuq.core.service):
+        # a lazy heap of (time, job, attempt start); stale entries are skipped when popped.
+        self.service_events: list[tuple[float, str, float]] = []
+        self.service_events_now = float("-inf")
         self.usage: dict[str, int] = {}  # queue -> GPUs held (running, not evicting) or kept (recovering)
         self.model_usage: dict[str, dict[str, int]] = {}
         for job in snapshot.jobs:
@@ -266,7 +275,9 @@ class ClusterIndex:
             else:
                 ck = self.class_ids.setdefault(pending_class(job, d), len(self.class_ids))
                 self.job_class[key] = ck
-                bisect.insort(self.queued.setdefault(job.queue, {}).setdefault(ck, []), order_key(job))
+                bisect.insort(
+                    self.queued.setdefault(job.queue, {}).setdefault(ck, []), order_key(job, self.thresholds)
+                )
             return
         counts: dict[int, int] = {}
         missing: list[str] = []
@@ -281,6 +292,8 @@ class ClusterIndex:
         if missing:
             self.orphans[key] = tuple(sorted(set(missing)))
         self.running_by_queue.setdefault(job.queue, set()).add(key)
+        for t in service_times(job, self.config.service):
+            heapq.heappush(self.service_events, (t, key, job.running.started_at))
         if job.min_runtime_seconds > 0:
             self.min_runtime_running += 1
         prios = self.running_priorities.setdefault(job.queue, {})
@@ -330,7 +343,7 @@ class ClusterIndex:
         ck = self.job_class.pop(job.key)
         classes = self.queued[job.queue]
         keys = classes[ck]
-        ok = order_key(job)
+        ok = order_key(job, self.thresholds)
         i = bisect.bisect_left(keys, ok)
         assert keys[i] == ok
         del keys[i]

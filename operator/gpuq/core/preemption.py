@@ -1,7 +1,9 @@
 """Preemption: the cheapest set of whole gangs whose eviction lets a job in, simulated before it is decided.
 
 Allowed victims of job J in queue q (docs/scheduling.md, "Preemption"):
-- within the queue, if q's withinQueue policy is LowerPriority: running jobs of q with lower priority;
+- within the queue, if q's withinQueue policy is LowerPriority: running jobs of q with lower priority,
+  and (ServiceOrdering with preempt) jobs of q's priority at a higher attained-service level than J
+  that ran min_run_seconds in their current attempt (gpuq.core.service.outranks);
 - reclaim, if J fits q's nominal quota and q's reclaimWithinCohort is not Never: running jobs of cohort
   peers that borrow (usage above their nominal; a peer stops being a source once it is back at nominal),
   of lower priority than J under LowerPriority, of any priority under Any;
@@ -36,6 +38,7 @@ from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
 from gpuq.core.placement import Placement, Request, place_in_pool
 from gpuq.core.pools import Pool
 from gpuq.core.quota import QuotaBook
+from gpuq.core.service import ServiceView
 from gpuq.core.state import CycleState
 
 VERIFY_BATCH = 8  # estimated-cheapest candidate domains verified per depth before taking the best
@@ -73,18 +76,39 @@ class Plan:
     cost: Cost
 
 
-def may_have_victims(ix: ClusterIndex, book: QuotaBook, job: Job, q: Queue, quota_gpus: int) -> bool:
-    """A cheap necessary condition for allowed_victims to find any: O(priorities + 1), not O(jobs)."""
+def may_have_victims(
+    ix: ClusterIndex,
+    book: QuotaBook,
+    job: Job,
+    q: Queue,
+    quota_gpus: int,
+    service: ServiceView | None = None,
+) -> bool:
+    """A cheap necessary condition for allowed_victims to find any: O(priorities + 1), not O(jobs)
+    (the attained-service part is computed once per queue and cycle by `service`)."""
     if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
         prios = ix.running_priorities.get(q.name)
         if prios and min(prios) < job.priority:
             return True
+        if prios and job.priority in prios and by_service(ix):
+            if service is None:
+                return True  # no cycle view at hand: assume some job of the queue outranks it
+            own = ix.running_by_queue.get(q.name, ())
+            levels = service.victim_levels(q.name, (ix.jobs[k] for k in own))
+            if levels and max(levels.values()) > service.level(job):
+                return True
     return (
         q.cohort is not None
         and q.preemption.reclaim_within_cohort is not ReclaimPreemption.NEVER
         and book.used(q.name) + quota_gpus <= q.nominal_gpus
         and book.cohort_borrowed[q.cohort] > book.borrowed(q)  # some peer borrows
     )
+
+
+def by_service(ix: ClusterIndex) -> bool:
+    """Whether running jobs may become victims of their own queue's lower-level jobs (ServiceOrdering)."""
+    rule = ix.config.service
+    return rule.preempt and bool(rule.thresholds_gpu_hours)
 
 
 def allowed_victims(
@@ -96,12 +120,26 @@ def allowed_victims(
     now: float,
     unavailable: set[str],
     protected: frozenset[str] = frozenset(),
+    service: ServiceView | None = None,
 ) -> list[Victim]:
     """Victims job may preempt, sorted cheapest first (already-evicting ones first, at cost 0).
-    `protected`: queues whose jobs may not be taken now (non-preemptible, or out of preemptions)."""
+    `protected`: queues whose jobs may not be taken now (non-preemptible, or out of preemptions).
+    `service`: the cycle's ServiceView (built here when not given)."""
     keys: list[tuple[str, bool]] = []
-    if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
-        keys.extend((k, False) for k in ix.running_by_queue.get(q.name, ()))
+    within = q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY
+    outranked: dict[str, int] = {}  # own-queue jobs above J's attained-service level
+    if within:
+        own = ix.running_by_queue.get(q.name, set())
+        sv = service or ServiceView(ix.config.service, now)
+        if sv.enabled:
+            mine = sv.level(job)
+            levels = sv.victim_levels(q.name, (ix.jobs[k] for k in own))
+            outranked = {k: lv for k, lv in levels.items() if lv > mine}
+        prios = ix.running_priorities.get(q.name)
+        if prios and min(prios) < job.priority:
+            keys.extend((k, False) for k in own)
+        else:  # no lower priority in the queue: only jobs above J's level can be victims
+            keys.extend((k, False) for k in sorted(outranked))
     policy = q.preemption.reclaim_within_cohort
     if (
         q.cohort is not None
@@ -124,7 +162,11 @@ def allowed_victims(
         if key in unavailable:
             continue
         v = jobs[key]
-        if v.priority >= job.priority and not (reclaim and any_priority):
+        if (
+            v.priority >= job.priority
+            and not (reclaim and any_priority)
+            and not (not reclaim and v.priority == job.priority and key in outranked)
+        ):
             continue
         running = v.running
         assert running is not None

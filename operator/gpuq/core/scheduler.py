@@ -39,6 +39,7 @@ from gpuq.core.placement import Placement, Request, place
 from gpuq.core.pools import Pool
 from gpuq.core.quota import QuotaBook
 from gpuq.core.reasons import capacity_reason, placement_reason, unschedulable_reason
+from gpuq.core.service import ServiceView, service_times
 from gpuq.core.state import CycleState
 from gpuq.core.topology import level_weights
 
@@ -73,7 +74,10 @@ def schedule(
         ix.cycle_memo = None
     else:
         admitted = tuple(a.job for a in decisions.admit)
-        ix.cycle_memo = _Memo(ix.changes, ix.takes, admitted, snapshot.queues, now, config, cycle.failed_out)
+        until = _victims_change_at(ix, now)
+        ix.cycle_memo = _Memo(
+            ix.changes, ix.takes, admitted, snapshot.queues, now, config, cycle.failed_out, until
+        )
     return decisions
 
 
@@ -107,6 +111,32 @@ class _Memo:
     now: float
     config: SchedulerConfig
     failed: dict[tuple[str, int], _Failed]
+    # Running jobs become victims by attained service with time alone: the memo expires then.
+    until: float
+
+
+def _victims_change_at(ix: ClusterIndex, now: float) -> float:
+    """next_eligible over the running jobs, from the index's lazy heap of their service times."""
+    if not preemption.by_service(ix):
+        return float("inf")
+    heap = ix.service_events
+    if now < ix.service_events_now:  # time went back: entries already dropped may matter again
+        heap[:] = [
+            (t, k, ix.jobs[k].running.started_at)  # type: ignore[union-attr]
+            for keys in ix.running_by_queue.values()
+            for k in keys
+            for t in service_times(ix.jobs[k], ix.config.service)
+        ]
+        heapq.heapify(heap)
+    ix.service_events_now = now
+    while heap:
+        t, key, started = heap[0]
+        job = ix.jobs.get(key)
+        live = job is not None and job.running is not None and job.running.started_at == started
+        if t > now and live and key not in ix.evicting:
+            return t
+        heapq.heappop(heap)
+    return float("inf")
 
 
 class _Outcome(Enum):
@@ -180,6 +210,7 @@ class _Cycle:
         self.failed_out: dict[tuple[str, int], _Failed] = {}  # for the next cycle's memo
         self.failed_in: dict[tuple[str, int], _Failed] = {}  # the last cycle's, when still valid
         self.started_since = False  # jobs started since the last cycle (new preemption victims)
+        self.service = ServiceView(config.service, now)
 
     # ---- driver ---------------------------------------------------------------------------------
 
@@ -192,7 +223,7 @@ class _Cycle:
             and all(k in ix.jobs and ix.jobs[k].running is not None for k in memo.admitted)
             and memo.queues == self.snapshot.queues
             and memo.config == self.cfg
-            and memo.now <= self.now
+            and memo.now <= self.now < memo.until
             and not self.restarts  # failover releases resources
             and ix.min_runtime_running == 0  # victims may become allowed by time alone
         )
@@ -207,7 +238,7 @@ class _Cycle:
             job = self.ix.jobs[key]
             prev = self._indices(job.previous_placement)
             recoveries.append(_Recovery(job, self._indices_set(job.avoid_nodes), prev, job.not_before, ()))
-        recoveries.sort(key=lambda r: order_key(r.job))
+        recoveries.sort(key=lambda r: order_key(r.job, self.ix.thresholds))
         for r in recoveries:
             self._recover(r)
         self._queues()
@@ -334,7 +365,7 @@ class _Cycle:
                 bad = self._invalid_class(ck, keys[0])
                 if bad is not None:
                     self.dead[(qn, ck)] = _Dead(0, bad, PendingCode.INVALID)
-                elif not strict and (never := self._never_fits(ix.jobs[keys[0][2]])) is not None:
+                elif not strict and (never := self._never_fits(ix.jobs[keys[0][-1]])) is not None:
                     # A gang no node set could ever hold waits aside, like an invalid spec: it is not
                     # its queue's head, so the next job may preempt. (StrictFIFO keeps it at the head:
                     # it blocks, as it would in Kueue, but costs O(1) a cycle; see _try.)
@@ -344,7 +375,7 @@ class _Cycle:
             if heads:
                 heapq.heapify(heads)
                 lines[qn] = heads
-        heap: list[tuple[tuple[int, float, int, float, str], str]] = []
+        heap: list[tuple[tuple[int, float, int, int, float, str], str]] = []
         head_failed: set[str] = set()
         st = self.st
 
@@ -353,10 +384,10 @@ class _Cycle:
             if qn in head_failed:
                 # Behind a failed head a class can only be admitted: drop every class whose jobs need
                 # more GPUs than the whole cluster has free, without trying them one by one.
-                while heads and ix.jobs[heads[0][0][2]].workers.total_gpus > st.free_gpus_bound:
+                while heads and ix.jobs[heads[0][0][-1]].workers.total_gpus > st.free_gpus_bound:
                     ok, ck, cur = heapq.heappop(heads)
                     if self.explain:  # its reason, as trying it would give (it cannot change anything)
-                        outcome = self._try(ix.jobs[ok[2]], self.queues[qn], is_head=False)
+                        outcome = self._try(ix.jobs[ok[-1]], self.queues[qn], is_head=False)
                         assert outcome is _Outcome.FAILED
                         self.dead[(qn, ck)] = _Dead(cur + 1, *self.fail_reason)
                     else:
@@ -364,7 +395,7 @@ class _Cycle:
             if heads:
                 ok = heads[0][0]
                 q = self.queues[qn]
-                borrow = self.book.needs_borrow(q, ix.jobs[ok[2]].workers.total_gpus)
+                borrow = self.book.needs_borrow(q, ix.jobs[ok[-1]].workers.total_gpus)
                 share = self.book.share(q) if borrow else 0.0
                 heapq.heappush(heap, ((int(borrow), share, *ok), qn))
 
@@ -377,7 +408,7 @@ class _Cycle:
             heads = lines[qn]
             ok, ck, cur = heads[0]
             keys = ix.queued[qn][ck]
-            job = ix.jobs[ok[2]]
+            job = ix.jobs[ok[-1]]
             q = self.queues[qn]
             if job.not_before > now:
                 self._pend_backoff(job)
@@ -421,7 +452,9 @@ class _Cycle:
             and not (
                 is_head
                 and self.started_since
-                and preemption.may_have_victims(self.ix, self.book, job, q, job.workers.total_gpus)
+                and preemption.may_have_victims(
+                    self.ix, self.book, job, q, job.workers.total_gpus, self.service
+                )
             )
         ):
             self.searches += prev.searched
@@ -450,7 +483,7 @@ class _Cycle:
         same for the index's lifetime, so the index keeps it."""
         memo = self.ix.class_invalid
         if ck not in memo:
-            memo[ck] = self._invalid(self.ix.jobs[first[2]])
+            memo[ck] = self._invalid(self.ix.jobs[first[-1]])
         return memo[ck]
 
     def _explain_queued(self) -> None:
@@ -462,7 +495,7 @@ class _Cycle:
             for ck, keys in classes.items():
                 dead = self.dead.get((qn, ck))
                 for i, ok in enumerate(keys):
-                    key = ok[2]
+                    key = ok[-1]
                     if key in self.pending or key in self._admitted_keys:
                         continue
                     job = ix.jobs[key]
@@ -576,7 +609,7 @@ class _Cycle:
         self, job: Job, q: Queue, quota_gpus: int, d: Demand, req: Request, tiers: list[list[Pool]]
     ) -> _Outcome:
         st, book = self.st, self.book
-        if not preemption.may_have_victims(self.ix, book, job, q, quota_gpus):
+        if not preemption.may_have_victims(self.ix, book, job, q, quota_gpus, self.service):
             return _Outcome.FAILED
         memo_key = (q.name, job.priority, d, req, quota_gpus, tuple(id(p) for p in tiers[-1]))
         if self.preempt_fail.get(memo_key) == st.gives:
@@ -587,7 +620,7 @@ class _Cycle:
         self.searches += 1
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
         cands = preemption.allowed_victims(
-            self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected
+            self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected, self.service
         )
         plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
         if plan is None:
@@ -774,7 +807,7 @@ class _Cycle:
             by_queue.setdefault(job.queue, []).append(job)
         pending = []
         for qn in sorted(by_queue):
-            jobs = sorted(by_queue[qn], key=lambda j: (not j.recovering, *order_key(j)))
+            jobs = sorted(by_queue[qn], key=lambda j: (not j.recovering, *order_key(j, self.ix.thresholds)))
             for pos, job in enumerate(jobs, start=1):
                 reason, code, nominated = self.pending[job.key]
                 pending.append(Pending(job.key, reason, pos, code, nominated))

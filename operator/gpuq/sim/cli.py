@@ -76,7 +76,23 @@ def register(subparsers: Any) -> None:
     )
     s.add_argument("--mtbf-hours", type=float, help="mean time between failures of each node (default: none)")
     s.add_argument("--repair-hours", type=float, default=2.0, help="time to repair a failed node")
-    s.add_argument("--checkpoint-minutes", type=float, help="periodic checkpoint interval of every job")
+    defaults = SimOptions()
+    for flag, name, text in (
+        ("--checkpoint-minutes", "checkpoint_minutes", "periodic checkpoint interval of every job (0: none)"),
+        (
+            "--checkpoint-save-seconds",
+            "checkpoint_save_seconds",
+            "a checkpoint saved on a preemption request holds the victim's GPUs this long",
+        ),
+        (
+            "--restart-overhead-seconds",
+            "restart_overhead_seconds",
+            "start-up of every restarted gang before it makes progress",
+        ),
+    ):
+        s.add_argument(
+            flag, type=float, default=getattr(defaults, name), help=f"{text} (default %(default)s)"
+        )
     s.add_argument(
         "--cycle-seconds", type=float, default=0.0, help="decide at most once per period (0: every event)"
     )
@@ -127,7 +143,9 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         speed=speed_model(args.slowdown, args.no_slowdown),
         mtbf_hours=args.mtbf_hours,
         repair_hours=args.repair_hours,
-        checkpoint_minutes=args.checkpoint_minutes,
+        checkpoint_minutes=args.checkpoint_minutes or None,
+        checkpoint_save_seconds=args.checkpoint_save_seconds,
+        restart_overhead_seconds=args.restart_overhead_seconds,
         cycle_seconds=args.cycle_seconds,
         large_job_gpus=args.large_job_gpus,
         seed=args.seed,

@@ -52,6 +52,7 @@ class State(IntEnum):
     PENDING = 0  # waiting; may hold a partial gang (kube-default)
     RUNNING = 1
     DONE = 2
+    STOPPING = 3  # a preemption victim saving its checkpoint: it still holds its GPUs
 
 
 class Event(IntEnum):  # order of events at the same instant
@@ -59,6 +60,7 @@ class Event(IntEnum):  # order of events at the same instant
     REPAIR = 1
     FAIL = 2
     WAKE = 3  # a restart back-off expires
+    STOPPED = 4  # a victim's checkpoint save is done: it lets go of its GPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +69,45 @@ class SimOptions:
     speed: SpeedModel = field(default_factory=SpeedModel)
     mtbf_hours: float | None = None  # per node; None: no failures
     repair_hours: float = 2.0
-    checkpoint_minutes: float | None = None  # periodic checkpoints; None: only on preemption (if any)
+    # Periodic checkpoints of every job, whatever the policy (None: none). A kill (failure, or a
+    # preemption without a checkpoint request) loses the work since the last one.
+    checkpoint_minutes: float | None = 30.0
+    # A checkpoint taken on request (gpuq's preemption protocol): the victim keeps its GPUs this long,
+    # then lets go with all its progress saved; longer than the grace, it is killed instead.
+    checkpoint_save_seconds: float = 60.0
+    checkpoint_grace_seconds: float = 60.0  # TrainingJob spec.checkpoint.gracePeriodSeconds default
+    # Every restart of a gang (after a preemption or failure) holds its GPUs this long before it makes
+    # progress again: pods start, ranks rendezvous, the checkpoint loads.
+    restart_overhead_seconds: float = 120.0
     cycle_seconds: float = 0.0  # 0: decide at every event instant; >0: at most once per period
     large_job_gpus: int = 8
     seed: int = 0
 
 
-def worker_spec(job: TraceJob, mode: str, node_gpus: int) -> WorkerSpec:
-    """`whole`: the fewest workers, each the largest divisor of the job's GPUs that fits a node."""
+# A trace job without cpu/memory requests asks, per GPU, for this share of a GPU node's cpu and
+# memory per GPU (so GPUs, not cpu or memory, bind, as on real GPU nodes); the default scheduler
+# scores cpu and memory only, so requests without them would leave it nothing to score.
+REQUEST_SHARE_PER_GPU = 0.75
+
+
+def requests_per_gpu(nodes: Sequence[Node]) -> tuple[int, int]:
+    """(cpu millis, memory bytes) a trace job without requests asks for per GPU."""
+    gpu_nodes = [n for n in nodes if n.allocatable.gpus > 0]
+    if not gpu_nodes:
+        return 0, 0
+    node = max(gpu_nodes, key=lambda n: n.allocatable.gpus)
+    a = node.allocatable
+    return (
+        int(a.cpu_millis * REQUEST_SHARE_PER_GPU / a.gpus),
+        int(a.memory_bytes * REQUEST_SHARE_PER_GPU / a.gpus),
+    )
+
+
+def worker_spec(job: TraceJob, mode: str, node_gpus: int, per_gpu: tuple[int, int] = (0, 0)) -> WorkerSpec:
+    """`whole`: the fewest workers, each the largest divisor of the job's GPUs that fits a node.
+    A job without cpu/memory requests gets `per_gpu` for each of its GPUs."""
+    if not job.cpu_millis and not job.memory_bytes and job.gpus:
+        job = replace(job, cpu_millis=per_gpu[0] * job.gpus, memory_bytes=per_gpu[1] * job.gpus)
     if mode == "1":
         replicas, per_worker = job.gpus, 1
     elif mode == "whole":
@@ -93,6 +126,7 @@ class SimJob:
     state: State = State.PENDING
     placement: tuple[str, ...] = ()
     seg_start: float = 0.0
+    overhead: float = 0.0  # seconds of the current segment before it makes progress (restart cost)
     slowdown: float = 1.0
     spread: Spread | None = None
     work_done: float = 0.0  # full-speed seconds saved (checkpointed) before the current segment
@@ -104,6 +138,13 @@ class SimJob:
     recovering: bool = False
     checkpoint: Checkpoint | None = None
     not_before: float = 0.0
+    evicting: bool = False  # saving a checkpoint before it lets go (State.STOPPING)
+    attained: float = 0.0  # GPU-seconds held running in ended segments (attained service)
+    save_fits: bool = False  # the save ends within the grace (else the victim is killed at the deadline)
+
+    @property
+    def progress_start(self) -> float:
+        return self.seg_start + self.overhead
 
 
 def offered_load(jobs: Sequence[TraceJob], total_gpus: int) -> float:
@@ -163,6 +204,7 @@ class Simulation:
             self.free_hist[self.free[name][0]] += 1
         queue_names = {q.name for q in self.queues}
         self.jobs: dict[str, SimJob] = {}
+        per_gpu = requests_per_gpu(self.node_tuple)
         for tj in sorted(jobs, key=lambda j: j.submit_time):
             if tj.key in self.jobs:
                 raise ValueError(f"duplicate job name {tj.key!r} in the trace")
@@ -173,7 +215,7 @@ class Simulation:
                 )
             self.jobs[tj.key] = SimJob(
                 tj,
-                worker_spec(tj, self.options.worker_gpus, self.max_node_gpus),
+                worker_spec(tj, self.options.worker_gpus, self.max_node_gpus, per_gpu),
                 Constraints(gpu_models=tj.gpu_models),
             )
         self.arrivals = list(self.jobs.values())
@@ -182,6 +224,8 @@ class Simulation:
         self.pending_shapes: Counter[tuple[int, int]] = Counter()  # (workers still needed, GPUs each)
         self.allocated = 0
         self.busy = 0
+        self.running: dict[str, None] = {}  # keys of running gangs, in start order (an ordered set)
+        self.checkpoints_due: list[tuple[float, int, str]] = []  # (time, epoch, job) of the next one
         self.events: list[tuple[float, int, int, str, int]] = []
         self.seq = 0
         self.rng = random.Random(self.options.seed)
@@ -256,8 +300,14 @@ class Simulation:
         self.recorder.advance(t)
         if kind == Event.FINISH:
             job = self.jobs[key]
-            if job.epoch == epoch and job.state is State.RUNNING:
-                self._finish(job, t)
+            if job.epoch == epoch and job.state in (State.RUNNING, State.STOPPING):
+                self._finish(job, t)  # a victim that finishes while it saves just finishes
+        elif kind == Event.STOPPED:
+            job = self.jobs[key]
+            if job.epoch == epoch and job.state is State.STOPPING:
+                self._evict(job, t, keep_until=t - self.options.checkpoint_save_seconds)
+                self._sync(job)
+                self.dirty = True
         elif kind == Event.FAIL:
             self._set_health(key, Health.FAILED)
             self._push(t + self.options.repair_hours * 3600, Event.REPAIR, key)
@@ -300,7 +350,7 @@ class Simulation:
     def _apply(self, decisions: Decisions, now: float) -> None:
         for restart in decisions.restart:
             job = self._active_job(restart.job, "restart")
-            self._evict(job, now, keep_all_progress=False)
+            self._evict(job, now)
             job.restarts += 1
             job.recovering = True
             job.avoid = job.avoid | frozenset(restart.failed_nodes)
@@ -311,10 +361,15 @@ class Simulation:
             self._sync(job)
         for preempt in decisions.preempt:
             job = self._active_job(preempt.victim, "preempt")
-            if not job.placement:
-                raise SimulationError(f"{self.policy.name}: preempted {job.trace.key}, which holds no GPUs")
-            self._evict(job, now, keep_all_progress=self.policy.checkpoint_on_preempt)
+            if not job.placement or job.state is State.STOPPING:
+                raise SimulationError(
+                    f"{self.policy.name}: preempted {job.trace.key}, which holds no GPUs or already stops"
+                )
             self.recorder.preemptions += 1
+            if self.policy.checkpoint_on_preempt and job.state is State.RUNNING:
+                self._request_checkpoint(job, now)
+            else:
+                self._evict(job, now)
             self._sync(job)
         for admit in decisions.admit:
             self._bind(self._active_job(admit.job, "admit"), admit.placement, now)
@@ -347,6 +402,8 @@ class Simulation:
             previous_placement=job.previous,
             recovering=job.recovering,
             not_before=job.not_before,
+            evicting=job.evicting,
+            attained_gpu_seconds=job.attained,
         )
 
     def _take(self, name: str, w: WorkerSpec, sign: int) -> None:
@@ -403,28 +460,58 @@ class Simulation:
         job.spread = spread(job.placement, job.workers.gpus_per_worker, self.paths)
         job.slowdown = self.options.speed.slowdown(job.spread.crossed)
         self.busy += job.trace.gpus
+        self.running[job.trace.key] = None
+        # A gang that ran before (preempted or failed) pays the restart overhead before progress.
+        job.overhead = self.options.restart_overhead_seconds if job.epoch > 0 else 0.0
+        if self.options.checkpoint_minutes:
+            first = job.progress_start + self.options.checkpoint_minutes * 60
+            heapq.heappush(self.checkpoints_due, (first, job.epoch, job.trace.key))
         remaining = max(job.trace.duration - job.work_done, 0.0)
-        self._push(now + remaining * job.slowdown, Event.FINISH, job.trace.key, job.epoch)
+        self._push(now + job.overhead + remaining * job.slowdown, Event.FINISH, job.trace.key, job.epoch)
 
     def _release(self, job: SimJob, now: float) -> None:
         for name in job.placement:
             self._take(name, job.workers, -1)
-        if job.state is State.RUNNING:
+        if job.state in (State.RUNNING, State.STOPPING):
+            job.attained += job.trace.gpus * (now - job.seg_start)
             self.busy -= job.trace.gpus
+            del self.running[job.trace.key]
             if job.spread is not None:
                 self.recorder.segment(job.spread, job.seg_start, now)
         job.previous = job.placement
         job.placement = ()
 
-    def _evict(self, job: SimJob, now: float, keep_all_progress: bool) -> None:
-        """Stop a job; it keeps the work of its last checkpoint (or all of it, if it checkpoints now)."""
+    def _request_checkpoint(self, job: SimJob, now: float) -> None:
+        """gpuq's protocol: the victim saves, holding its GPUs, then lets go with its progress kept.
+        A save longer than the grace is cut short: the victim is killed at the deadline."""
+        job.state = State.STOPPING
+        job.evicting = True
+        save, grace = self.options.checkpoint_save_seconds, self.options.checkpoint_grace_seconds
+        job.save_fits = save <= grace
+        self._push(now + min(save, grace), Event.STOPPED, job.trace.key, job.epoch)
+
+    def _evict(self, job: SimJob, now: float, keep_until: float | None = None) -> None:
+        """Stop a job; it keeps the work up to `keep_until` (a checkpoint it just saved) or else up to
+        its last periodic checkpoint; the rest of the segment's GPU-time is lost."""
         w = job.workers
-        if job.state is State.RUNNING:
-            elapsed = now - job.seg_start
-            saved = elapsed if keep_all_progress else self._checkpointed_wall(elapsed)
-            job.work_done += saved / job.slowdown
-            self.recorder.lost_gpu_seconds += job.trace.gpus * (elapsed - saved)
-            job.checkpoint = Checkpoint(job.seg_start + saved, int(job.work_done), f"sim://{job.trace.key}")
+        if job.state in (State.RUNNING, State.STOPPING):
+            saved_at = keep_until if job.evicting and job.save_fits else None
+            if saved_at is not None:
+                progress = max(0.0, saved_at - job.progress_start)
+            else:
+                progress = self._checkpointed_wall(max(0.0, now - job.progress_start))
+            job.work_done = min(job.trace.duration, job.work_done + progress / job.slowdown)
+            self.recorder.productive_gpu_seconds += job.trace.gpus * progress
+            saving = now - saved_at if saved_at is not None else 0.0
+            self.recorder.lost_gpu_seconds += job.trace.gpus * max(
+                0.0, now - job.progress_start - progress - saving
+            )
+            self.recorder.overhead_gpu_seconds += job.trace.gpus * (
+                min(job.overhead, now - job.seg_start) + saving
+            )
+            job.checkpoint = Checkpoint(
+                job.progress_start + progress, int(job.work_done), f"sim://{job.trace.key}"
+            )
             job.epoch += 1
             self.pending_shapes[(w.replicas, w.gpus_per_worker)] += 1
         elif job.placement:  # partial gang: pods never ran
@@ -435,24 +522,31 @@ class Simulation:
             self.pending_shapes[(w.replicas, w.gpus_per_worker)] += 1
         self._release(job, now)
         job.state = State.PENDING
+        job.evicting = False
 
     def _checkpointed_wall(self, elapsed: float) -> float:
         interval = (self.options.checkpoint_minutes or 0) * 60
         return math.floor(elapsed / interval) * interval if interval > 0 else 0.0
 
     def _refresh_checkpoints(self, now: float) -> None:
-        """Periodic checkpoints, shown to the core (it weighs victims by work lost since one)."""
-        for key, core in self.active.items():
+        """Periodic checkpoints due by now, shown to the core (it weighs victims by work lost since
+        one). A heap of due times keeps this O(checkpoints taken), not O(running jobs) per cycle."""
+        interval = (self.options.checkpoint_minutes or 0) * 60
+        due = self.checkpoints_due
+        while due and due[0][0] <= now:
+            _, epoch, key = heapq.heappop(due)
             job = self.jobs[key]
-            if job.state is not State.RUNNING:
-                continue
-            saved = self._checkpointed_wall(now - job.seg_start)
-            if saved > 0 and (job.checkpoint is None or job.checkpoint.time < job.seg_start + saved):
-                step = int(job.work_done + saved / job.slowdown)
-                job.checkpoint = Checkpoint(job.seg_start + saved, step, f"sim://{key}")
-                self.active[key] = self.delta.jobs[key] = replace(core, checkpoint=job.checkpoint)
+            if job.state is not State.RUNNING or job.epoch != epoch:
+                continue  # evicted or finished since: its next attempt has its own schedule
+            saved = self._checkpointed_wall(max(0.0, now - job.progress_start))
+            step = int(job.work_done + saved / job.slowdown)
+            job.checkpoint = Checkpoint(job.progress_start + saved, step, f"sim://{key}")
+            self.active[key] = self.delta.jobs[key] = replace(self.active[key], checkpoint=job.checkpoint)
+            heapq.heappush(due, (job.progress_start + saved + interval, epoch, key))
 
     def _finish(self, job: SimJob, now: float) -> None:
+        self.recorder.overhead_gpu_seconds += job.trace.gpus * job.overhead
+        self.recorder.productive_gpu_seconds += job.trace.gpus * max(0.0, now - job.progress_start)
         self._release(job, now)
         job.state = State.DONE
         del self.active[job.trace.key]

@@ -1,7 +1,9 @@
 """Metrics of one simulated run: job times, cluster use over time, placement quality, disruption.
 
 Definitions (also in docs/simulator.md):
-- JCT = finish - submit; queueing delay = first start - submit (finished jobs only).
+- JCT = finish - submit; queueing delay = first start - submit (finished jobs only); JCT - run time
+  = JCT minus the run time at full speed (it also counts waits after a preemption, which queueing
+  delay does not).
 - GPU allocation = time-average of GPUs held by any pod (partial gangs included) / cluster GPUs;
   GPU busy = the same for GPUs of gangs that are actually running.
 - fragmentation = time-average of idle healthy GPUs that no pending gang could use (ignoring quota:
@@ -10,8 +12,11 @@ Definitions (also in docs/simulator.md):
 - communication: per run segment of a multi-GPU job, the fraction of its GPU pairs on different
   nodes / racks / blocks, and the mean pair cost with the core's weights; averaged weighted by the
   segment's GPU-time.
-- ETTR (effective training time ratio) = GPU-time of finished jobs at full speed / all GPU-time held
-  (slowdown, lost work and partial gangs waiting all lower it).
+- ETTR (effective training time ratio, as Meta defines it for Llama 3 / RSC: productive time over
+  time held) = GPU-time spent making progress that was kept / all GPU-time held. Work lost at a failure
+  or kill, restart start-up, checkpoint saves on request and partial gangs waiting lower it; running
+  slower on a spread-out placement does not (that is still training).
+- useful ratio = GPU-time of finished jobs at full speed / all GPU-time held (slowdown lowers it too).
 - Jain's fairness over queues of x_q = mean(duration / JCT) of the queue's finished jobs.
 """
 
@@ -110,7 +115,9 @@ class Recorder:
         self.comm_large = CommAccumulator()
         self.preemptions = 0
         self.restarts = 0
-        self.lost_gpu_seconds = 0.0
+        self.lost_gpu_seconds = 0.0  # work since the last checkpoint, thrown away at evictions
+        self.overhead_gpu_seconds = 0.0  # restart start-up and checkpoint saves of evicted gangs
+        self.productive_gpu_seconds = 0.0  # GPU-time making progress that was kept (ETTR)
         self.end = 0.0
 
     def advance(self, t: float) -> None:
@@ -166,6 +173,9 @@ class Recorder:
             "unfinished": jobs_total - len(self.outcomes),
             "jct": distribution([o.jct for o in self.outcomes]),
             "queueing_delay": distribution([o.queueing_delay for o in self.outcomes]),
+            # Everything a job spent not making progress at full speed: waits before its first start
+            # and after preemptions or failures, restart overheads, slowdown.
+            "jct_minus_run": distribution([o.jct - o.duration for o in self.outcomes]),
             "makespan": (self.end - self.start) if self.start is not None and self.outcomes else math.nan,
             "gpu_allocation": allocated,
             "gpu_busy": busy,
@@ -175,7 +185,9 @@ class Recorder:
             "preemptions": self.preemptions,
             "restarts": self.restarts,
             "lost_gpu_hours": self.lost_gpu_seconds / 3600.0,
-            "ettr": useful / self.integrals[0] if self.integrals[0] else math.nan,
+            "overhead_gpu_hours": self.overhead_gpu_seconds / 3600.0,
+            "ettr": self.productive_gpu_seconds / self.integrals[0] if self.integrals[0] else math.nan,
+            "useful_ratio": useful / self.integrals[0] if self.integrals[0] else math.nan,
             "jain_fairness": jain(q["progress_rate"] for q in per_queue.values()),
             "per_queue": per_queue,
         }

@@ -71,15 +71,19 @@ class GpuqPolicy:
 
 
 def make_policy(name: str, seed: int = 0) -> Policy:
-    from gpuq.sim.baselines import GangBinpack, KubeDefault
+    from gpuq.sim.kube_default import KubeDefault
+    from gpuq.sim.kueue import gang_binpack, kueue_tas
 
     if name == "gpuq":
         return GpuqPolicy()
     if name == "kube-default":
         return KubeDefault(seed)
     if name == "gang-binpack":
-        return GangBinpack()
+        return gang_binpack()
+    if name == "kueue-tas":
+        return kueue_tas()
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")
 
 
-POLICIES = ("gpuq", "kube-default", "gang-binpack")
+POLICIES = ("gpuq", "kube-default", "gang-binpack", "kueue-tas")
+BASELINES = POLICIES[1:]

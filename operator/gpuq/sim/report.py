@@ -43,6 +43,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("avg queueing delay (h)", lambda r: r["queueing_delay"]["avg"] / HOUR, True),
     Metric("p50 queueing delay (h)", lambda r: r["queueing_delay"]["p50"] / HOUR, True),
     Metric("p99 queueing delay (h)", lambda r: r["queueing_delay"]["p99"] / HOUR, True),
+    Metric("avg JCT - run time (h)", lambda r: r["jct_minus_run"]["avg"] / HOUR, True),
     Metric("makespan (days)", lambda r: r["makespan"] / 86400.0, True),
     Metric("GPU allocation %", _pct(("gpu_allocation",)), False, "{:.1f}"),
     Metric("GPU busy (running gangs) %", _pct(("gpu_busy",)), False, "{:.1f}"),
@@ -56,7 +57,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("preemptions", lambda r: float(r["preemptions"]), True, "{:.0f}"),
     Metric("restarts (failures)", lambda r: float(r["restarts"]), True, "{:.0f}"),
     Metric("lost GPU-hours", lambda r: r["lost_gpu_hours"], True, "{:.1f}"),
-    Metric("effective training time ratio %", _pct(("ettr",)), False, "{:.1f}"),
+    Metric("restart/checkpoint GPU-hours", lambda r: r["overhead_gpu_hours"], True, "{:.1f}"),
+    Metric("ETTR (productive / held GPU-time) %", _pct(("ettr",)), False, "{:.1f}"),
+    Metric("useful ratio (full-speed work / held) %", _pct(("useful_ratio",)), False, "{:.1f}"),
     Metric("Jain fairness (queues)", lambda r: r["jain_fairness"], False, "{:.3f}"),
     Metric("unfinished jobs", lambda r: float(r["unfinished"]), True, "{:.0f}"),
 )

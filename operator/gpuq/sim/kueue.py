@@ -1,0 +1,300 @@
+"""Kueue-like baselines: gang admission against the queues' quotas, the queues' preemption settings.
+
+- `gang-binpack`: Kueue without topology-aware scheduling, each worker on the feasible node with the
+  fewest GPUs left (Volcano's gang + binpack places the same way), no topology.
+- `kueue-tas`: Kueue with topology-aware scheduling, a preferred topology level per gang and the
+  BestFit profile (gpuq.sim.tas).
+
+Both, as Kueue runs a ClusterQueue with BestEffortFIFO:
+- Order: queue heads by (needs to borrow, priority, creation time); a head that cannot be admitted
+  is skipped (no reservation) and the next job of its queue becomes the head.
+- Quota: the same rules as gpuq (nominal, cohort lending and borrowing limits, and GPUs a queue lent
+  out are not free for it until they are reclaimed or released): gpuq.core.quota.QuotaBook, the one
+  home of that rule.
+- Preemption (Kueue's classical preemption, the queue's own settings): withinClusterQueue
+  LowerPriority lets a job evict lower-priority jobs of its queue; reclaimWithinCohort lets a job that
+  stays within its nominal quota evict jobs of cohort peers that borrow (Any: any priority,
+  LowerPriority: lower only). Candidates: other queues' first, lower priority first, most recently
+  started first; evicted one by one until the preemptor fits (quota and placement), then the fewest
+  kept. Victims are killed, not asked to checkpoint: they keep their last periodic checkpoint. Only
+  a queue's head may preempt, once per cycle (Kueue nominates heads).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from gpuq.core.config import SchedulerConfig
+from gpuq.core.decisions import Admit, Decisions, Preempt
+from gpuq.core.model import Job, Node, Queue, ReclaimPreemption, Snapshot, WithinQueuePreemption
+from gpuq.core.quota import QuotaBook
+from gpuq.core.state import CycleState
+from gpuq.sim.baselines import (
+    Free,
+    arrival_key,
+    failed_node_restarts,
+    fits,
+    model_ok,
+    take,
+    view,
+)
+from gpuq.sim.policy import Delta
+from gpuq.sim.tas import tas_place
+
+Placer = Callable[[Job, Sequence[Node], Free], "tuple[str, ...] | None"]
+
+
+class _NoJournal:
+    """QuotaBook journals undo steps for gpuq's statements; a baseline has none to roll back."""
+
+    def record(self, undo: object) -> None:
+        pass
+
+
+def best_fit(job: Job, nodes: Sequence[Node], free: Free) -> tuple[str, ...] | None:
+    """All workers or none; each on the feasible node with the fewest GPUs left, no topology.
+    Resources are not taken (the caller does)."""
+    placement: list[str] = []
+    for _ in range(job.workers.replicas):
+        best: str | None = None
+        best_left = 1 << 62
+        for node in nodes:
+            slot = free[node.name]
+            if slot[0] < best_left and fits(slot, job) and model_ok(job, node):
+                best, best_left = node.name, slot[0]
+        if best is None:
+            break
+        take(free[best], job)
+        placement.append(best)
+    for name in placement:  # hand back: the caller takes what it commits
+        take(free[name], job, sign=-1)
+    return tuple(placement) if len(placement) == job.workers.replicas else None
+
+
+@dataclass(frozen=True, slots=True)
+class _CycleView:
+    """What one cycle works on: quota, free resources per node, running jobs per queue."""
+
+    book: QuotaBook
+    free: Free
+    nodes: Sequence[Node]
+    running: dict[str, list[Job]]
+    queues: dict[str, Queue]
+
+
+class KueueLike:
+    checkpoint_on_preempt = False
+
+    def __init__(self, name: str, placer: Placer) -> None:
+        self.name = name
+        self.placer = placer
+        # Waiting jobs per queue in arrival order: (arrival key, job key), kept from the deltas.
+        self.pending: dict[str, list[tuple[tuple[int, float, str], str]]] = {}
+        self.entries: dict[str, tuple[str, tuple[tuple[int, float, str], str]]] = {}
+        self.snapshot_jobs: bool | None = None  # built from a first snapshot yet
+
+    def schedule(self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta) -> Decisions:
+        restarts, restarted = failed_node_restarts(snapshot)
+        v = view(snapshot, restarted)
+        free, nodes = v.free, v.nodes
+        free_gpus = v.free_gpus
+        queues = {q.name: q for q in snapshot.queues}
+        book = QuotaBook(cast(CycleState, _NoJournal()), queues, v.queue_used, {})
+        running: dict[str, list[Job]] = defaultdict(list)
+        for job in snapshot.jobs:
+            if job.running is not None and job.key not in restarted and not job.evicting:
+                running[job.queue].append(job)
+        cv = _CycleView(book, free, nodes, running, queues)
+        self._follow(snapshot, delta)
+        jobs_by_key = {job.key: job for job in v.waiting}
+        extra: dict[str, list[tuple[tuple[int, float, str], str]]] = defaultdict(list)
+        for name in restarted:  # restarted now: waiting from this cycle on, not yet in the index
+            job = jobs_by_key[name]
+            extra[job.queue].append((arrival_key(job), name))
+        lines: dict[str, Iterator[Job]] = {}
+        heads: dict[str, Job] = {}
+        for qn in sorted(set(self.pending) | set(extra)):
+            q = queues.get(qn)
+            if q is None or q.held:
+                continue
+            merged = heapq.merge(self.pending.get(qn, ()), sorted(extra.get(qn, ())))
+            line = (jobs_by_key[name] for _, name in merged)
+            head = next(line, None)
+            if head is not None:
+                lines[qn], heads[qn] = line, head
+        admits: list[Admit] = []
+        preempts: list[Preempt] = []
+        first = set(heads)  # queues whose current job is still their head
+        # Queue heads by _head_key; only the admitting queue's key changes, so a heap with a re-check
+        # on pop (a preemption may change a victim queue's borrowing) keeps the order exact.
+        heap = [(self._head_key(book, queues[qn], job), qn) for qn, job in heads.items()]
+        heapq.heapify(heap)
+        while heap and len(admits) < config.max_admissions_per_cycle:
+            key, qn = heapq.heappop(heap)
+            q, job = queues[qn], heads[qn]
+            fresh = self._head_key(book, q, job)
+            if fresh != key:
+                heapq.heappush(heap, (fresh, qn))
+                continue
+            is_head = qn in first
+            first.discard(qn)
+            placement = self._admit_or_preempt(job, q, is_head, free_gpus, cv)
+            if placement is not None:
+                if placement[1]:
+                    preempts.extend(Preempt(x.key, job.key, "Kueue preemption") for x in placement[1])
+                    free_gpus += sum(x.workers.total_gpus for x in placement[1])
+                for name in placement[0]:
+                    take(free[name], job)
+                gpus = job.workers.total_gpus
+                free_gpus -= gpus
+                book.add(qn, gpus, {})
+                admits.append(
+                    Admit(job.key, placement[0], 0.0, restart=job.key in restarted or job.recovering)
+                )
+            # BestEffortFIFO: a job not admitted is skipped (no reservation); behind the head only
+            # jobs that fit the GPUs still free are worth a try, and none once no GPU is free.
+            if free_gpus <= 0:
+                continue
+            nxt = next((j for j in lines[qn] if j.workers.total_gpus <= free_gpus), None)
+            if nxt is not None:
+                heads[qn] = nxt
+                heapq.heappush(heap, (self._head_key(book, q, nxt), qn))
+        return Decisions(admit=tuple(admits), preempt=tuple(preempts), restart=tuple(restarts))
+
+    def _follow(self, snapshot: Snapshot, delta: Delta) -> None:
+        """Keep, per queue, the waiting jobs in arrival order across calls (from the deltas), so a
+        cycle costs what it admits, not O(waiting jobs)."""
+        if self.snapshot_jobs is None:
+            self.pending, self.entries = {}, {}
+            changed: Iterable[Job] = snapshot.jobs
+        else:
+            for key in delta.removed_jobs:
+                self._unlist(key)
+            changed = (job for key, job in delta.jobs.items() if key not in delta.removed_jobs)
+        self.snapshot_jobs = True
+        for job in changed:
+            self._unlist(job.key)
+            if job.running is None:
+                entry = (arrival_key(job), job.key)
+                bisect.insort(self.pending.setdefault(job.queue, []), entry)
+                self.entries[job.key] = (job.queue, entry)
+
+    def _unlist(self, key: str) -> None:
+        old = self.entries.pop(key, None)
+        if old is None:
+            return
+        queue, entry = old
+        line = self.pending[queue]
+        del line[bisect.bisect_left(line, entry)]
+        if not line:
+            del self.pending[queue]
+
+    def _admit_or_preempt(
+        self, job: Job, q: Queue, is_head: bool, free_gpus: int, cv: _CycleView
+    ) -> tuple[tuple[str, ...], list[Job]] | None:
+        """(placement, victims evicted for it) or None. Victims' resources and quota are released here."""
+        book, free, nodes, running = cv.book, cv.free, cv.nodes, cv.running
+        gpus = job.workers.total_gpus
+        if gpus <= free_gpus and book.check(q, gpus).ok:
+            placement = self.placer(job, nodes, free)
+            if placement is not None:
+                return placement, []
+        if not is_head:
+            return None
+        victims = self._preempt(job, q, cv)
+        if not victims:
+            return None
+        for x in victims:
+            running[x.queue].remove(x)
+            for name in x.running.placement if x.running else ():
+                take(free[name], x, sign=-1)
+            book.add(x.queue, -x.workers.total_gpus, {})
+        placement = self.placer(job, nodes, free)
+        assert placement is not None, "the preemption search verified the placement"
+        return placement, victims
+
+    @staticmethod
+    def _head_key(book: QuotaBook, q: Queue, job: Job) -> tuple[bool, int, float, str]:
+        return (book.needs_borrow(q, job.workers.total_gpus), -job.priority, job.created_at, job.key)
+
+    def _candidates(
+        self, job: Job, q: Queue, book: QuotaBook, running: dict[str, list[Job]], queues: dict[str, Queue]
+    ) -> list[Job]:
+        gpus = job.workers.total_gpus
+        found: list[tuple[int, int, float, Job]] = []
+        if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
+            found += [(1, r.priority, 0.0, r) for r in running[q.name] if r.priority < job.priority]
+        reclaim = q.preemption.reclaim_within_cohort
+        if (
+            q.cohort is not None
+            and reclaim is not ReclaimPreemption.NEVER
+            and book.used(q.name) + gpus <= q.nominal_gpus
+        ):
+            for other, jobs in running.items():
+                p = queues.get(other)
+                if p is None or other == q.name or p.cohort != q.cohort or book.borrowed(p) <= 0:
+                    continue
+                for r in jobs:
+                    if reclaim is ReclaimPreemption.ANY or r.priority < job.priority:
+                        found.append((0, r.priority, 0.0, r))
+        usable = [
+            (own, prio, -(r.running.started_at if r.running else 0.0), r)
+            for own, prio, _, r in found
+            if r.preemptible and queues[r.queue].preemption.preemptible
+        ]
+        usable.sort(key=lambda item: item[:3])
+        return [r for *_, r in usable]
+
+    def _preempt(self, job: Job, q: Queue, cv: _CycleView) -> list[Job]:
+        book, free, nodes, queues = cv.book, cv.free, cv.nodes, cv.queues
+        candidates = self._candidates(job, q, book, cv.running, queues)
+        gpus = job.workers.total_gpus
+        free_total = sum(slot[0] for slot in free.values())
+        if not candidates or free_total + sum(c.workers.total_gpus for c in candidates) < gpus:
+            return []
+        trial = {name: list(slot) for name, slot in free.items()}
+        chosen: list[Job] = []
+
+        def remove(x: Job, sign: int) -> None:
+            for name in x.running.placement if x.running else ():
+                if name in trial:
+                    take(trial[name], x, sign=-sign)
+            book.add(x.queue, -sign * x.workers.total_gpus, {})
+
+        def admissible() -> bool:
+            return book.check(q, gpus).ok and self.placer(job, nodes, trial) is not None
+
+        for x in candidates:
+            p = queues[x.queue]
+            if x.queue != q.name and book.borrowed(p) <= 0:
+                continue  # that peer no longer borrows: nothing left to reclaim from it
+            remove(x, 1)
+            chosen.append(x)
+            if admissible():
+                break
+        else:
+            for x in chosen:
+                remove(x, -1)
+            return []
+        for x in reversed(chosen[:-1]):  # keep the fewest: give back any victim not needed after all
+            remove(x, -1)
+            if admissible():
+                chosen.remove(x)
+            else:
+                remove(x, 1)
+        for x in chosen:  # the caller evicts them for real
+            remove(x, -1)
+        return chosen
+
+
+def gang_binpack() -> KueueLike:
+    return KueueLike("gang-binpack", best_fit)
+
+
+def kueue_tas() -> KueueLike:
+    return KueueLike("kueue-tas", tas_place)

@@ -1,0 +1,79 @@
+"""Attained-service ordering (ServiceOrdering, Tiresias' discretized LAS): lower levels first within a
+queue and priority, and running jobs at a higher level are victims of their own queue's new work."""
+
+from __future__ import annotations
+
+from gpuq.core import ClusterIndex, SchedulerConfig, schedule
+from gpuq.core.config import ServiceOrdering
+from gpuq.core.decisions import PendingCode
+from gpuq.core.service import attained, level, next_eligible
+
+from .helpers import NOW, admitted, cluster, codes, job, queue, run, snap
+
+ONE_NODE = cluster(racks=1, nodes_per_rack=1)
+HOUR = 3600.0
+FIFO = SchedulerConfig(service=ServiceOrdering(thresholds_gpu_hours=()))
+
+
+def victims(d: object) -> set[str]:
+    return {p.victim for p in d.preempt}  # type: ignore[attr-defined]
+
+
+def test_levels_count_the_thresholds_reached_by_gpu_time_over_all_attempts() -> None:
+    fresh = job("ns/a", gpus=8)
+    resumed = job("ns/b", gpus=8, attained_gpu_seconds=0.5 * HOUR)
+    running = job("ns/c", gpus=4, on=["n0000"], started=NOW - 1000, attained_gpu_seconds=0.5 * HOUR)
+    thresholds = (HOUR, 10 * HOUR)
+    assert attained(running, NOW) == 0.5 * HOUR + 4 * 1000
+    assert [level(j, NOW, thresholds) for j in (fresh, resumed, running)] == [0, 0, 1]
+    assert level(running, NOW, ()) == 0
+
+
+def test_a_job_with_more_attained_service_waits_behind_newer_work_of_its_queue() -> None:
+    old = job("ns/old", gpus=8, created=100.0, attained_gpu_seconds=2 * HOUR)  # preempted before
+    new = job("ns/new", gpus=8, created=800.0)
+    d = run(snap(ONE_NODE, [queue()], [old, new]))
+    assert admitted(d) == {"ns/new": ("n0000",)}
+    d = run(snap(ONE_NODE, [queue()], [old, new]), config=FIFO)
+    assert admitted(d) == {"ns/old": ("n0000",)}  # off: plain FIFO
+
+
+def test_new_work_preempts_a_long_runner_of_its_own_queue_and_priority() -> None:
+    long_runner = job("ns/long", gpus=8, on=["n0000"], started=NOW - 1000)  # 8,000 GPU-s: level 1
+    new = job("ns/new", gpus=8)
+    d = run(snap(ONE_NODE, [queue()], [long_runner, new]))
+    assert victims(d) == {"ns/long"}
+    assert codes(d)["ns/new"] == PendingCode.WAITING_FOR_PREEMPTION
+
+
+def test_no_preemption_by_service_before_min_run_or_across_queues_or_when_off() -> None:
+    new = job("ns/new", gpus=8)
+    short_attempt = job("ns/long", gpus=8, on=["n0000"], started=NOW - 600, attained_gpu_seconds=5 * HOUR)
+    assert victims(run(snap(ONE_NODE, [queue()], [short_attempt, new]))) == set()
+    other_queue = job("ns/long", "other", gpus=8, on=["n0000"], started=NOW - 1000)
+    queues = [queue(), queue("other")]
+    assert victims(run(snap(ONE_NODE, queues, [other_queue, new]))) == set()
+    long_runner = job("ns/long", gpus=8, on=["n0000"], started=NOW - 1000)
+    assert victims(run(snap(ONE_NODE, [queue()], [long_runner, new]), config=FIFO)) == set()
+    no_preempt = SchedulerConfig(service=ServiceOrdering(preempt=False))
+    assert victims(run(snap(ONE_NODE, [queue()], [long_runner, new]), config=no_preempt)) == set()
+
+
+def test_equal_levels_never_preempt_each_other() -> None:
+    runner = job("ns/r", gpus=8, on=["n0000"], started=NOW - 1000)
+    resumed = job("ns/p", gpus=8, attained_gpu_seconds=3 * HOUR)  # level 1 too
+    assert victims(run(snap(ONE_NODE, [queue()], [runner, resumed]))) == set()
+
+
+def test_the_cycle_memo_expires_when_a_runner_reaches_its_minimum_run() -> None:
+    """Time alone makes a runner a victim: a memo from before must not hide it."""
+    config = SchedulerConfig(starvation_seconds=1e9)  # the head's role stays the same
+    runner = job("ns/long", gpus=8, on=["n0000"], started=NOW - 600, attained_gpu_seconds=5 * HOUR)
+    s = snap(ONE_NODE, [queue()], [runner, job("ns/new", gpus=8)])
+    ix = ClusterIndex(s, config)
+    first = schedule(s, NOW, config, index=ix, explain=False)
+    assert first.preempt == ()
+    ix.apply(s, nodes=(), jobs=(), removed_jobs=())
+    later = NOW - 600 + config.service.min_run_seconds
+    assert next_eligible([runner], NOW, config.service) == later
+    assert victims(schedule(s, later, config, index=ix, explain=False)) == {"ns/long"}
