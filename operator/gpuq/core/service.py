@@ -69,11 +69,14 @@ class ServiceView:
         if cached is None:
             cached = {}
             if self.enabled:
+                now, latest, thresholds = self.now, self.now - self.min_run, self.thresholds
                 for job in jobs:
                     running = job.running
-                    if running is None or self.now - running.started_at < self.min_run:
+                    if running is None or running.started_at > latest:
                         continue
-                    lv = level(job, self.now, self.thresholds)
+                    gpus = len(running.placement) * job.workers.gpus_per_worker
+                    served = job.attained_gpu_seconds + gpus * (now - running.started_at)
+                    lv = bisect.bisect_right(thresholds, served)
                     if lv > 0:
                         cached[job.key] = lv
             self._levels[queue] = cached

@@ -13,13 +13,16 @@ rank), as a Job controller with restartPolicy would, and none asks a victim to c
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+import bisect
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 
 from gpuq.core.decisions import Restart
 from gpuq.core.model import Health, Job, Node, Snapshot
+from gpuq.sim.policy import Delta
 
 Free = dict[str, list[int]]  # node name -> free [gpus, cpu_millis, memory_bytes]
 
@@ -37,50 +40,141 @@ def failed_node_restarts(snapshot: Snapshot) -> tuple[list[Restart], set[str]]:
     return restarts, {restart.job for restart in restarts}
 
 
+ArrivalKey = tuple[int, float, str]
+Line = list[tuple[ArrivalKey, str]]  # (arrival key, job key), sorted
+
+
 @dataclass
 class View:
-    """One pass over the snapshot: free resources of schedulable nodes (every bound pod counted, except
-    those of restarted jobs), jobs still waiting for pods, GPUs in use per queue."""
+    """One cycle's working copy: free resources of schedulable nodes (every bound pod counted, except
+    those of restarted jobs), GPUs in use per queue, and the waiting jobs in arrival order."""
 
     free: Free
     nodes: list[Node]
-    waiting: list[Job]
     queue_used: dict[str, int]
     lowest_running_priority: int | None  # of preemptible jobs holding GPUs
+    waiting: Iterator[Job]  # all queues, arrival order (restarted jobs included), lazily
+    lines: dict[str, Iterator[Job]]  # the same per queue
 
     @property
     def free_gpus(self) -> int:
         return sum(slot[0] for slot in self.free.values())
 
 
-def view(snapshot: Snapshot, restarted: set[str]) -> View:
-    free: Free = {}
-    for node in snapshot.nodes:
-        if node.health is Health.HEALTHY:
-            a, o = node.allocatable, node.used_by_others
-            free[node.name] = [a.gpus - o.gpus, a.cpu_millis - o.cpu_millis, a.memory_bytes - o.memory_bytes]
-    waiting: list[Job] = []
-    queue_used: dict[str, int] = defaultdict(int)
-    lowest: int | None = None
-    for job in snapshot.jobs:
+class Tracker:
+    """What the baselines read of the snapshot, kept across calls from the simulator's deltas, so a
+    cycle costs O(what changed + what it admits), not O(jobs): free resources per node, GPUs and
+    running jobs per queue, priorities of preemptible running jobs, waiting jobs in arrival order
+    (a job with fewer bound pods than workers, a partial gang, is running and waiting)."""
+
+    def __init__(self) -> None:
+        self.built = False
+        self.nodes: dict[str, Node] = {}
+        self.free: Free = {}
+        self.jobs: dict[str, Job] = {}
+        self.queue_used: Counter[str] = Counter()
+        self.running: dict[str, dict[str, Job]] = defaultdict(dict)
+        self.priorities: Counter[int] = Counter()
+        self.waiting: Line = []
+        self.lines: dict[str, Line] = defaultdict(list)
+
+    def update(self, snapshot: Snapshot, delta: Delta) -> None:
+        if not self.built:
+            for node in snapshot.nodes:
+                self._set_node(node)
+            for job in snapshot.jobs:
+                self._add(job)
+            self.built = True
+            return
+        for node in delta.nodes.values():
+            self._set_node(node)
+        for key in delta.removed_jobs:
+            self._drop(key)
+        for key, job in delta.jobs.items():
+            if key not in delta.removed_jobs:
+                self._drop(key)
+                self._add(job)
+
+    def view(self, snapshot: Snapshot, restarted: set[str]) -> View:
+        healthy = [node for node in snapshot.nodes if node.health is Health.HEALTHY]
+        free = {node.name: list(self.free[node.name]) for node in healthy}
+        queue_used = dict(self.queue_used)
+        priorities = Counter(self.priorities)
+        again: list[tuple[ArrivalKey, str]] = []
+        for key in sorted(restarted):  # released now: waiting again from this cycle on
+            job = self.jobs[key]
+            assert job.running is not None
+            for name in job.running.placement:
+                if name in free:
+                    take(free[name], job, sign=-1)
+            queue_used[job.queue] -= len(job.running.placement) * job.workers.gpus_per_worker
+            if job.preemptible and not job.evicting:
+                priorities[job.priority] -= 1
+            if len(job.running.placement) == job.workers.replicas:  # else already listed
+                again.append((arrival_key(job), key))
+        again.sort()
+        lowest = min((p for p, n in priorities.items() if n > 0), default=None)
+        jobs = self.jobs
+        waiting = (jobs[key] for _, key in heapq.merge(self.waiting, again))
+        lines = {
+            queue: self._line(queue, again) for queue in set(self.lines) | {jobs[k].queue for _, k in again}
+        }
+        return View(free, healthy, queue_used, lowest, waiting, lines)
+
+    def _line(self, queue: str, again: Line) -> Iterator[Job]:
+        mine = [entry for entry in again if self.jobs[entry[1]].queue == queue]
+        return (self.jobs[key] for _, key in heapq.merge(self.lines.get(queue, ()), mine))
+
+    def _set_node(self, node: Node) -> None:
+        a, o = node.allocatable, node.used_by_others
+        cap = [a.gpus - o.gpus, a.cpu_millis - o.cpu_millis, a.memory_bytes - o.memory_bytes]
+        old = self.nodes.get(node.name)
+        if old is None:
+            self.free[node.name] = cap
+        else:
+            b, p = old.allocatable, old.used_by_others
+            before = [b.gpus - p.gpus, b.cpu_millis - p.cpu_millis, b.memory_bytes - p.memory_bytes]
+            slot = self.free[node.name]
+            for i in range(3):
+                slot[i] += cap[i] - before[i]
+        self.nodes[node.name] = node
+
+    def _add(self, job: Job) -> None:
+        self.jobs[job.key] = job
         running = job.running
-        if running is None or job.key in restarted:
-            waiting.append(job)
-            continue
-        w = job.workers
-        for name in running.placement:
-            slot = free.get(name)
+        if running is not None:
+            self._hold(job, running.placement, 1)
+            if not job.evicting:  # a victim being evicted still holds its resources
+                self.running[job.queue][job.key] = job
+                if job.preemptible:
+                    self.priorities[job.priority] += 1
+        if running is None or len(running.placement) < job.workers.replicas:
+            entry = (arrival_key(job), job.key)
+            bisect.insort(self.waiting, entry)
+            bisect.insort(self.lines[job.queue], entry)
+
+    def _drop(self, key: str) -> None:
+        job = self.jobs.pop(key, None)
+        if job is None:
+            return
+        running = job.running
+        if running is not None:
+            self._hold(job, running.placement, -1)
+            if not job.evicting:
+                del self.running[job.queue][key]
+                if job.preemptible:
+                    self.priorities[job.priority] -= 1
+        if running is None or len(running.placement) < job.workers.replicas:
+            entry = (arrival_key(job), key)
+            for line in (self.waiting, self.lines[job.queue]):
+                del line[bisect.bisect_left(line, entry)]
+
+    def _hold(self, job: Job, placement: tuple[str, ...], sign: int) -> None:
+        for name in placement:
+            slot = self.free.get(name)
             if slot is not None:
-                slot[0] -= w.gpus_per_worker
-                slot[1] -= w.cpu_millis
-                slot[2] -= w.memory_bytes
-        queue_used[job.queue] += len(running.placement) * w.gpus_per_worker
-        if len(running.placement) < w.replicas:
-            waiting.append(job)
-        if job.preemptible and (lowest is None or job.priority < lowest):
-            lowest = job.priority
-    nodes = [node for node in snapshot.nodes if node.name in free]
-    return View(free, nodes, waiting, queue_used, lowest)
+                take(slot, job, sign)
+        self.queue_used[job.queue] += sign * len(placement) * job.workers.gpus_per_worker
 
 
 def model_ok(job: Job, node: Node) -> bool:

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import Admit, Decisions, Preempt
 from gpuq.core.model import Job, Node, Snapshot
-from gpuq.sim.baselines import Free, arrival_order, failed_node_restarts, fits, model_ok, take, view
+from gpuq.sim.baselines import Free, Tracker, failed_node_restarts, fits, model_ok, take
 from gpuq.sim.policy import Delta
 
 MAX_SCORE = 100
@@ -80,24 +80,23 @@ class KubeDefault:
     def __init__(self, seed: int = 0) -> None:
         self.rng = random.Random(seed)
         self.next_start = 0  # kube-scheduler rotates where its node search starts
+        self.tracker = Tracker()
 
     def schedule(self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta) -> Decisions:
         restarts, restarted = failed_node_restarts(snapshot)
-        v = view(snapshot, restarted)
+        self.tracker.update(snapshot, delta)
+        v = self.tracker.view(snapshot, restarted)
         free, nodes, free_gpus, lowest = v.free, v.nodes, v.free_gpus, v.lowest_running_priority
-        # Only pods that fit the free GPUs or may preempt (higher priority than some running pod) can act.
-        waiting = [
-            job
-            for job in v.waiting
-            if job.workers.gpus_per_worker <= free_gpus or (lowest is not None and job.priority > lowest)
-        ]
         bound: dict[str, list[str]] = {}
         preempts: list[Preempt] = []
         evicted: set[str] = set(restarted)
         unschedulable: set[tuple[int, int, int, tuple[str, ...]]] = set()
-        for job in arrival_order(waiting):
-            if free_gpus <= 0 and (lowest is None or job.priority <= lowest):
+        for job in v.waiting:
+            may_preempt = lowest is not None and job.priority > lowest
+            if free_gpus <= 0 and not may_preempt:
                 break  # the queue is sorted by priority: nothing after this can bind or preempt
+            if job.workers.gpus_per_worker > free_gpus and not may_preempt:
+                continue  # its pods fit nowhere and it may not preempt
             if job.key in evicted and job.key not in restarted:
                 continue
             placement = list(job.running.placement) if job.running and job.key not in restarted else []

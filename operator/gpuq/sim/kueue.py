@@ -22,10 +22,8 @@ Both, as Kueue runs a ClusterQueue with BestEffortFIFO:
 
 from __future__ import annotations
 
-import bisect
 import heapq
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -36,12 +34,11 @@ from gpuq.core.quota import QuotaBook
 from gpuq.core.state import CycleState
 from gpuq.sim.baselines import (
     Free,
-    arrival_key,
+    Tracker,
     failed_node_restarts,
     fits,
     model_ok,
     take,
-    view,
 )
 from gpuq.sim.policy import Delta
 from gpuq.sim.tas import tas_place
@@ -93,37 +90,27 @@ class KueueLike:
     def __init__(self, name: str, placer: Placer) -> None:
         self.name = name
         self.placer = placer
-        # Waiting jobs per queue in arrival order: (arrival key, job key), kept from the deltas.
-        self.pending: dict[str, list[tuple[tuple[int, float, str], str]]] = {}
-        self.entries: dict[str, tuple[str, tuple[tuple[int, float, str], str]]] = {}
-        self.snapshot_jobs: bool | None = None  # built from a first snapshot yet
+        self.tracker = Tracker()
 
     def schedule(self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta) -> Decisions:
         restarts, restarted = failed_node_restarts(snapshot)
-        v = view(snapshot, restarted)
+        self.tracker.update(snapshot, delta)
+        v = self.tracker.view(snapshot, restarted)
         free, nodes = v.free, v.nodes
         free_gpus = v.free_gpus
         queues = {q.name: q for q in snapshot.queues}
         book = QuotaBook(cast(CycleState, _NoJournal()), queues, v.queue_used, {})
-        running: dict[str, list[Job]] = defaultdict(list)
-        for job in snapshot.jobs:
-            if job.running is not None and job.key not in restarted and not job.evicting:
-                running[job.queue].append(job)
+        running = {
+            queue: [job for key, job in jobs.items() if key not in restarted]
+            for queue, jobs in self.tracker.running.items()
+        }
         cv = _CycleView(book, free, nodes, running, queues)
-        self._follow(snapshot, delta)
-        jobs_by_key = {job.key: job for job in v.waiting}
-        extra: dict[str, list[tuple[tuple[int, float, str], str]]] = defaultdict(list)
-        for name in restarted:  # restarted now: waiting from this cycle on, not yet in the index
-            job = jobs_by_key[name]
-            extra[job.queue].append((arrival_key(job), name))
         lines: dict[str, Iterator[Job]] = {}
         heads: dict[str, Job] = {}
-        for qn in sorted(set(self.pending) | set(extra)):
+        for qn, line in sorted(v.lines.items()):
             q = queues.get(qn)
             if q is None or q.held:
                 continue
-            merged = heapq.merge(self.pending.get(qn, ()), sorted(extra.get(qn, ())))
-            line = (jobs_by_key[name] for _, name in merged)
             head = next(line, None)
             if head is not None:
                 lines[qn], heads[qn] = line, head
@@ -166,34 +153,6 @@ class KueueLike:
                 heapq.heappush(heap, (self._head_key(book, q, nxt), qn))
         return Decisions(admit=tuple(admits), preempt=tuple(preempts), restart=tuple(restarts))
 
-    def _follow(self, snapshot: Snapshot, delta: Delta) -> None:
-        """Keep, per queue, the waiting jobs in arrival order across calls (from the deltas), so a
-        cycle costs what it admits, not O(waiting jobs)."""
-        if self.snapshot_jobs is None:
-            self.pending, self.entries = {}, {}
-            changed: Iterable[Job] = snapshot.jobs
-        else:
-            for key in delta.removed_jobs:
-                self._unlist(key)
-            changed = (job for key, job in delta.jobs.items() if key not in delta.removed_jobs)
-        self.snapshot_jobs = True
-        for job in changed:
-            self._unlist(job.key)
-            if job.running is None:
-                entry = (arrival_key(job), job.key)
-                bisect.insort(self.pending.setdefault(job.queue, []), entry)
-                self.entries[job.key] = (job.queue, entry)
-
-    def _unlist(self, key: str) -> None:
-        old = self.entries.pop(key, None)
-        if old is None:
-            return
-        queue, entry = old
-        line = self.pending[queue]
-        del line[bisect.bisect_left(line, entry)]
-        if not line:
-            del self.pending[queue]
-
     def _admit_or_preempt(
         self, job: Job, q: Queue, is_head: bool, free_gpus: int, cv: _CycleView
     ) -> tuple[tuple[str, ...], list[Job]] | None:
@@ -228,7 +187,7 @@ class KueueLike:
         gpus = job.workers.total_gpus
         found: list[tuple[int, int, float, Job]] = []
         if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
-            found += [(1, r.priority, 0.0, r) for r in running[q.name] if r.priority < job.priority]
+            found += [(1, r.priority, 0.0, r) for r in running.get(q.name, ()) if r.priority < job.priority]
         reclaim = q.preemption.reclaim_within_cohort
         if (
             q.cohort is not None
