@@ -176,6 +176,23 @@ def _met(value: float, target: float) -> str:
     return "n/a" if math.isnan(value) else ("met" if value <= target else "MISSED")
 
 
+def report(case: Case, results: dict[str, dict[str, Any]], console: Console) -> dict[str, Any]:
+    """Print one case's tables and verdicts; return them for the JSON file."""
+    info = case.scenario().describe()
+    title = (
+        f"{case.title}: {info['jobs']} jobs, {info['gpus']} GPUs, {info['queues']} queues, "
+        f"offered load {info['offered_load']:.2f}"
+    )
+    console.print()
+    console.print(comparison_table(title, results))
+    if case.setup == "quotas":
+        console.print(tenant_table(title, results))
+    for line in verdicts(results):
+        console.print("  " + line, highlight=False)
+    console.print()
+    return {"scenario": info, "results": results, "verdicts": verdicts(results)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -196,6 +213,7 @@ def main() -> int:
     chosen = cases(args, console)
     started = time.perf_counter()
     done: dict[Case, dict[str, dict[str, Any]]] = {case: {} for case in chosen}
+    everything: dict[str, Any] = {}
     total = len(chosen) * len(POLICIES)
     with ProcessPoolExecutor(max_workers=max(1, args.processes)) as pool:
         futures = {
@@ -210,21 +228,8 @@ def main() -> int:
                 f"({result['sim']['wall_seconds']:.0f} s)",
                 highlight=False,
             )
-    everything: dict[str, Any] = {}
-    for case in chosen:
-        results = done[case]
-        info = case.scenario().describe()
-        title = (
-            f"{case.title}: {info['jobs']} jobs, {info['gpus']} GPUs, {info['queues']} queues, "
-            f"offered load {info['offered_load']:.2f}"
-        )
-        console.print()
-        console.print(comparison_table(title, results))
-        if case.setup == "quotas":
-            console.print(tenant_table(title, results))
-        for line in verdicts(results):
-            console.print("  " + line, highlight=False)
-        everything[case.title] = {"scenario": info, "results": results, "verdicts": verdicts(results)}
+            if len(done[case]) == len(POLICIES):  # the case is complete: report it now
+                everything[case.title] = report(case, done[case], console)
     if args.json:
         args.json.write_text(json.dumps(everything, indent=2, default=lambda v: None) + "\n")
         console.print(f"wrote {args.json}")

@@ -77,6 +77,7 @@ class Tracker:
         self.priorities: Counter[int] = Counter()
         self.waiting: Line = []
         self.lines: dict[str, Line] = defaultdict(list)
+        self.version = 0  # bumped whenever what runs where, or a node, changes
 
     def update(self, snapshot: Snapshot, delta: Delta) -> None:
         if not self.built:
@@ -138,6 +139,7 @@ class Tracker:
             for i in range(3):
                 slot[i] += cap[i] - before[i]
         self.nodes[node.name] = node
+        self.version += 1
 
     def _add(self, job: Job) -> None:
         self.jobs[job.key] = job
@@ -170,6 +172,7 @@ class Tracker:
                 del line[bisect.bisect_left(line, entry)]
 
     def _hold(self, job: Job, placement: tuple[str, ...], sign: int) -> None:
+        self.version += 1
         for name in placement:
             slot = self.free.get(name)
             if slot is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from gpuq.core.config import SchedulerConfig
@@ -82,6 +82,7 @@ class _CycleView:
     nodes: Sequence[Node]
     running: dict[str, list[Job]]
     queues: dict[str, Queue]
+    preempted: list[str] = field(default_factory=list)  # preemptors of this cycle so far
 
 
 class KueueLike:
@@ -91,6 +92,7 @@ class KueueLike:
         self.name = name
         self.placer = placer
         self.tracker = Tracker()
+        self.failed_searches: dict[str, object] = {}  # job -> state in which its preemption search failed
 
     def schedule(self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta) -> Decisions:
         restarts, restarted = failed_node_restarts(snapshot)
@@ -165,9 +167,16 @@ class KueueLike:
                 return placement, []
         if not is_head:
             return None
+        # A search that failed fails again while nothing ran, stopped or moved since and no quota
+        # changed (Kueue has no time-based preemption rule): skip it, the simulation is long.
+        state = (self.tracker.version, tuple(sorted(book.usage.items())), free_gpus)
+        if not cv.preempted and self.failed_searches.get(job.key) == state:
+            return None
         victims = self._preempt(job, q, cv)
         if not victims:
+            self.failed_searches[job.key] = state
             return None
+        cv.preempted.append(job.key)
         for x in victims:
             running[x.queue].remove(x)
             for name in x.running.placement if x.running else ():
