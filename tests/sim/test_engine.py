@@ -261,3 +261,45 @@ def test_a_job_that_can_never_fit_costs_no_search_while_the_rest_run(monkeypatch
     assert (r["finished"], r["unfinished"]) == (40, 1)
     assert "huge" not in tried and len(set(tried)) == 40
     assert r["queueing_delay"]["p99"] == 0.0  # one 8-GPU job at a time on 16 GPUs: none waits
+
+
+def test_the_kept_index_decides_like_a_fresh_one_with_attained_service_preemption() -> None:
+    """The index, cycle memo and service-event heap kept between calls change nothing: the same run
+    with a fresh index per call gives the same results (small thresholds, so the rule fires often)."""
+    from gpuq.core.config import ServiceOrdering
+    from gpuq.sim.policy import GpuqPolicy
+
+    jobs, _ = read_trace(FIXTURES / "synthetic_mixed.csv")
+    config = SchedulerConfig(service=ServiceOrdering(thresholds_gpu_hours=(0.05, 0.5), min_run_seconds=60))
+    shape = ClusterShape(racks_per_block=1, nodes_per_rack=8)
+    queues = derive_queues(jobs[:300], 64)
+    results = []
+    for policy in (GpuqPolicy(use_index=True), GpuqPolicy(use_index=False)):
+        sim = Simulation(jobs[:300], build_nodes(shape, config), queues, config, policy, SimOptions())
+        r = sim.run()
+        r.pop("sim")
+        results.append(r)
+    assert results[0]["preemptions"] > 20  # the rule is exercised
+    assert results[0] == results[1]
+
+
+def test_periodic_checkpoints_at_a_float_unlucky_instant_do_not_loop() -> None:
+    """floor((due - start) / interval) can come out one short of the interval count that gave `due`;
+    the checkpoint schedule must still move on (it once re-scheduled the same instant forever)."""
+    import signal
+
+    start, k, interval = 7279852.787091834, 1709, 1800.0
+    assert math.floor((start + k * interval - start) / interval) == k - 1  # the unlucky case
+    jobs = [TraceJob("a", start, 1e8, 8, "q"), TraceJob("b", start + k * interval, 10, 8, "q")]
+
+    def stuck(*_: object) -> None:
+        raise TimeoutError("the checkpoint schedule is stuck")
+
+    old = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(20)
+    try:
+        r = run(jobs, "gang-binpack", checkpoint_minutes=30)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert r["finished"] == 2

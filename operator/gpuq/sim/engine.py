@@ -534,15 +534,17 @@ class Simulation:
         interval = (self.options.checkpoint_minutes or 0) * 60
         due = self.checkpoints_due
         while due and due[0][0] <= now:
-            _, epoch, key = heapq.heappop(due)
+            t, epoch, key = heapq.heappop(due)
             job = self.jobs[key]
             if job.state is not State.RUNNING or job.epoch != epoch:
                 continue  # evicted or finished since: its next attempt has its own schedule
-            saved = self._checkpointed_wall(max(0.0, now - job.progress_start))
+            # The latest checkpoint by now; at least the one due at t (floor() of a float division
+            # can land one interval short of it, which would schedule t again: an endless loop).
+            saved = max(self._checkpointed_wall(max(0.0, now - job.progress_start)), t - job.progress_start)
             step = int(job.work_done + saved / job.slowdown)
             job.checkpoint = Checkpoint(job.progress_start + saved, step, f"sim://{key}")
             self.active[key] = self.delta.jobs[key] = replace(self.active[key], checkpoint=job.checkpoint)
-            heapq.heappush(due, (job.progress_start + saved + interval, epoch, key))
+            heapq.heappush(due, (max(job.progress_start + saved, t) + interval, epoch, key))
 
     def _finish(self, job: SimJob, now: float) -> None:
         self.recorder.overhead_gpu_seconds += job.trace.gpus * job.overhead
