@@ -350,10 +350,17 @@ def _why_no_victims(state: State, book: QuotaBook, job: Job, q: Queue, gpus: int
         if lowest is None:
             out.append(f"within {q.name}: nothing of {q.name} runs")
         else:
-            out.append(
+            line = (
                 f"within {q.name}: its running jobs have priority >= {lowest}; it (priority {job.priority}) "
                 "may only take strictly lower ones that are preemptible and past minRuntimeSeconds"
             )
+            rule = ix.config.service
+            if rule.preempt and rule.thresholds_gpu_hours:
+                line += (
+                    f", or ones of its priority above its attained-service level that ran "
+                    f"{rule.min_run_seconds:.0f}s in their attempt"
+                )
+            out.append(line)
     if q.cohort is None:
         out.append(f"reclaim: {q.name} has no cohort")
     elif q.preemption.reclaim_within_cohort is ReclaimPreemption.NEVER:
