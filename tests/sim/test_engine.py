@@ -303,3 +303,28 @@ def test_periodic_checkpoints_at_a_float_unlucky_instant_do_not_loop() -> None:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert r["finished"] == 2
+
+
+def test_a_victim_whose_node_dies_while_it_saves_is_killed_at_its_grace_deadline() -> None:
+    from gpuq.sim.engine import Event, State
+
+    one_node = ClusterShape(racks_per_block=1, nodes_per_rack=1, gpus_per_node=8)
+    jobs = [TraceJob("low", 0, 10_000, 8, "q", priority=0), TraceJob("high", 3000, 10, 8, "q", priority=5)]
+    options = SimOptions(checkpoint_minutes=30, checkpoint_save_seconds=60, checkpoint_grace_seconds=90)
+    sim = Simulation(
+        jobs, build_nodes(one_node, CONFIG), (Queue("q", 8),), CONFIG, make_policy("gpuq"), options
+    )
+    sim._process_until(0)
+    sim._cycle(0)
+    sim._process_until(3000)
+    sim._cycle(3000)
+    low = sim.jobs["low"]
+    assert low.state is State.STOPPING  # asked to checkpoint, saving
+    node = low.placement[0]
+    sim._handle(3010, Event.FAIL, 0, node, 0)
+    sim._cycle(3010)  # the dying node does not fail the check: the victim leaves at its deadline
+    sim._process_until(3089)
+    assert low.state is State.STOPPING
+    sim._process_until(3090)
+    assert low.state is State.PENDING
+    assert sim.recorder.lost_gpu_seconds == pytest.approx(8 * (3090 - 1800))  # its save never finished

@@ -141,6 +141,7 @@ class SimJob:
     evicting: bool = False  # saving a checkpoint before it lets go (State.STOPPING)
     attained: float = 0.0  # GPU-seconds held running in ended segments (attained service)
     save_fits: bool = False  # the save ends within the grace (else the victim is killed at the deadline)
+    stop_deadline: float = 0.0  # end of the checkpoint grace of a victim (State.STOPPING)
 
     @property
     def progress_start(self) -> float:
@@ -304,7 +305,9 @@ class Simulation:
                 self._finish(job, t)  # a victim that finishes while it saves just finishes
         elif kind == Event.STOPPED:
             job = self.jobs[key]
-            if job.epoch == epoch and job.state is State.STOPPING:
+            # A victim whose save failed (its node died) leaves at its grace deadline, not before.
+            waits = not job.save_fits and t < job.stop_deadline
+            if job.epoch == epoch and job.state is State.STOPPING and not waits:
                 self._evict(job, t, keep_until=t - self.options.checkpoint_save_seconds)
                 self._sync(job)
                 self.dirty = True
@@ -488,6 +491,7 @@ class Simulation:
         job.evicting = True
         save, grace = self.options.checkpoint_save_seconds, self.options.checkpoint_grace_seconds
         job.save_fits = save <= grace
+        job.stop_deadline = now + grace
         self._push(now + min(save, grace), Event.STOPPED, job.trace.key, job.epoch)
 
     def _evict(self, job: SimJob, now: float, keep_until: float | None = None) -> None:
@@ -569,6 +573,7 @@ class Simulation:
             return
         free_gpus = self.free[name][0]
         if health is Health.FAILED:
+            self._fail_saves_on(name)
             self.failed.add(name)
             self.free_hist[free_gpus] -= 1
             log.debug("node failed", node=name)
@@ -579,9 +584,21 @@ class Simulation:
         self.dirty = True
         self.node_tuple = tuple(self.nodes.values())
 
+    def _fail_saves_on(self, name: str) -> None:
+        """A victim saving its checkpoint on a node that dies cannot finish the save: like the
+        operator, which waits for a report until the grace deadline, it is killed then and keeps
+        only its periodic checkpoint."""
+        for key in self.running:
+            job = self.jobs[key]
+            if job.state is State.STOPPING and job.save_fits and name in job.placement:
+                job.save_fits = False
+                self._push(job.stop_deadline, Event.STOPPED, key, job.epoch)
+
     def _check_no_job_on_failed_nodes(self) -> None:
         for key in self.active:
             job = self.jobs[key]
+            if job.state is State.STOPPING:
+                continue  # a victim keeps a dead node until its grace deadline (gpuq.core.failover)
             bad = self.failed.intersection(job.placement)
             if bad:
                 raise SimulationError(
