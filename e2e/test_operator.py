@@ -262,8 +262,9 @@ def test_priority_preemption_with_checkpoint_request(
     assert time.monotonic() - started < 60  # evicted on the report, well inside the 120 s grace period
     phase(gpuq, operator, ns, "high", "Running", timeout=60)
     assert low["lastCheckpoint"]["step"] == 42 and low["preemptions"] == 1 and low.get("restarts", 0) == 0
-    assert {"CheckpointRequested", "Preempted"} <= {e.reason for e in gpuq.events(ns, "low")}
-    assert {"Preempting", "PreemptedVictim"} <= {e.reason for e in gpuq.events(ns, "high")}
+    # Each Event follows the status write it reports: wait for them rather than race them (kind is slower).
+    wait_events(gpuq, ns, "low", {"CheckpointRequested", "Preempted"})
+    wait_events(gpuq, ns, "high", {"Preempting", "PreemptedVictim"})
     # When the preemptor is gone the victim resumes from its checkpoint.
     gpuq.delete_job(ns, "high")
     st = phase(gpuq, operator, ns, "low", "Running", timeout=60)
