@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpuq.core import ClusterIndex, SchedulerConfig, schedule
 from gpuq.core.config import ServiceOrdering
 from gpuq.core.decisions import PendingCode
-from gpuq.core.service import attained, level, next_eligible
+from gpuq.core.service import ServiceView, attained, level_of, service_times
 
 from .helpers import NOW, admitted, cluster, codes, job, queue, run, snap
 
@@ -23,10 +23,10 @@ def test_levels_count_the_thresholds_reached_by_gpu_time_over_all_attempts() -> 
     fresh = job("ns/a", gpus=8)
     resumed = job("ns/b", gpus=8, attained_gpu_seconds=0.5 * HOUR)
     running = job("ns/c", gpus=4, on=["n0000"], started=NOW - 1000, attained_gpu_seconds=0.5 * HOUR)
-    thresholds = (HOUR, 10 * HOUR)
+    view = ServiceView(ServiceOrdering(thresholds_gpu_hours=(1.0, 10.0)), NOW)
     assert attained(running, NOW) == 0.5 * HOUR + 4 * 1000
-    assert [level(j, NOW, thresholds) for j in (fresh, resumed, running)] == [0, 0, 1]
-    assert level(running, NOW, ()) == 0
+    assert [view.level(j) for j in (fresh, resumed, running)] == [0, 0, 1]
+    assert level_of(attained(running, NOW), ()) == 0
 
 
 def test_a_job_with_more_attained_service_waits_behind_newer_work_of_its_queue() -> None:
@@ -75,5 +75,6 @@ def test_the_cycle_memo_expires_when_a_runner_reaches_its_minimum_run() -> None:
     assert first.preempt == ()
     ix.apply(s, nodes=(), jobs=(), removed_jobs=())
     later = NOW - 600 + config.service.min_run_seconds
-    assert next_eligible([runner], NOW, config.service) == later
+    assert min(t for t in service_times(runner, config.service) if t > NOW) == later
+    assert ix.next_service_event(NOW) == later
     assert victims(schedule(s, later, config, index=ix, explain=False)) == {"ns/long"}

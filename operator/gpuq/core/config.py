@@ -65,6 +65,11 @@ class ServiceOrdering:
     def thresholds_gpu_seconds(self) -> tuple[float, ...]:
         return tuple(3600.0 * t for t in self.thresholds_gpu_hours)
 
+    @property
+    def preempts(self) -> bool:
+        """Running jobs may become victims of their own queue's lower-level jobs."""
+        return self.preempt and bool(self.thresholds_gpu_hours)
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:

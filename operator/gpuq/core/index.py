@@ -29,8 +29,7 @@ from gpuq.core.constraints import (
 from gpuq.core.fit import Demand, Extra, extra_of, slots_on
 from gpuq.core.model import Job, Node, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
-from gpuq.core.service import level as service_level
-from gpuq.core.service import service_times
+from gpuq.core.service import level_of, service_times
 from gpuq.core.topology import DomainTree, scope_sizes
 
 NO_MODEL = ""  # model key of nodes that report no GPU model
@@ -42,7 +41,7 @@ OrderKey = tuple[int, int, float, str]
 def order_key(job: Job, thresholds: tuple[float, ...] = ()) -> OrderKey:
     """Queue order: higher priority first, then the lower attained-service level (ServiceOrdering;
     a pending job's level is fixed while it waits), then older, then by key (a stable tie-break)."""
-    return (-job.priority, service_level(job, 0.0, thresholds), job.created_at, job.key)
+    return (-job.priority, level_of(job.attained_gpu_seconds, thresholds), job.created_at, job.key)
 
 
 def pending_class(job: Job, d: Demand) -> Hashable:
@@ -292,8 +291,7 @@ class ClusterIndex:
         if missing:
             self.orphans[key] = tuple(sorted(set(missing)))
         self.running_by_queue.setdefault(job.queue, set()).add(key)
-        for t in service_times(job, self.config.service):
-            heapq.heappush(self.service_events, (t, key, job.running.started_at))
+        self._push_service_events(job)
         if job.min_runtime_seconds > 0:
             self.min_runtime_running += 1
         prios = self.running_priorities.setdefault(job.queue, {})
@@ -307,6 +305,31 @@ class ClusterIndex:
             self.evicting.add(key)
         else:
             self._count_usage(job.queue, len(job.running.placement) * d.gpus, models)
+
+    def _push_service_events(self, job: Job) -> None:
+        assert job.running is not None
+        for t in service_times(job, self.config.service):
+            heapq.heappush(self.service_events, (t, job.key, job.running.started_at))
+
+    def next_service_event(self, now: float) -> float:
+        """The earliest time after `now` at which a running job (not being evicted) passes its minimum
+        run or reaches a new attained-service level: time alone may then give a queue new victims.
+        Entries of jobs gone, restarted or evicting since they were pushed are dropped as met."""
+        heap = self.service_events
+        if now < self.service_events_now:  # time went back: entries already dropped may matter again
+            heap.clear()
+            for keys in self.running_by_queue.values():
+                for key in keys:
+                    self._push_service_events(self.jobs[key])
+        self.service_events_now = now
+        while heap:
+            t, key, started = heap[0]
+            job = self.jobs.get(key)
+            live = job is not None and job.running is not None and job.running.started_at == started
+            if t > now and live and key not in self.evicting:
+                return t
+            heapq.heappop(heap)
+        return float("inf")
 
     def _remove_job(self, key: str) -> None:
         job = self.jobs.pop(key)

@@ -3,7 +3,7 @@
 Allowed victims of job J in queue q (docs/scheduling.md, "Preemption"):
 - within the queue, if q's withinQueue policy is LowerPriority: running jobs of q with lower priority,
   and (ServiceOrdering with preempt) jobs of q's priority at a higher attained-service level than J
-  that ran min_run_seconds in their current attempt (gpuq.core.service.outranks);
+  that ran min_run_seconds in their current attempt (gpuq.core.service.ServiceView.outranked);
 - reclaim, if J fits q's nominal quota and q's reclaimWithinCohort is not Never: running jobs of cohort
   peers that borrow (usage above their nominal; a peer stops being a source once it is back at nominal),
   of lower priority than J under LowerPriority, of any priority under Any;
@@ -90,12 +90,11 @@ def may_have_victims(
         prios = ix.running_priorities.get(q.name)
         if prios and min(prios) < job.priority:
             return True
-        if prios and job.priority in prios and by_service(ix):
+        if prios and job.priority in prios and ix.config.service.preempts:
             if service is None:
                 return True  # no cycle view at hand: assume some job of the queue outranks it
             own = ix.running_by_queue.get(q.name, ())
-            levels = service.victim_levels(q.name, (ix.jobs[k] for k in own))
-            if levels and max(levels.values()) > service.level(job):
+            if service.outranked(q.name, (ix.jobs[k] for k in own), job):
                 return True
     return (
         q.cohort is not None
@@ -103,12 +102,6 @@ def may_have_victims(
         and book.used(q.name) + quota_gpus <= q.nominal_gpus
         and book.cohort_borrowed[q.cohort] > book.borrowed(q)  # some peer borrows
     )
-
-
-def by_service(ix: ClusterIndex) -> bool:
-    """Whether running jobs may become victims of their own queue's lower-level jobs (ServiceOrdering)."""
-    rule = ix.config.service
-    return rule.preempt and bool(rule.thresholds_gpu_hours)
 
 
 def allowed_victims(
@@ -131,10 +124,7 @@ def allowed_victims(
     if within:
         own = ix.running_by_queue.get(q.name, set())
         sv = service or ServiceView(ix.config.service, now)
-        if sv.enabled:
-            mine = sv.level(job)
-            levels = sv.victim_levels(q.name, (ix.jobs[k] for k in own))
-            outranked = {k: lv for k, lv in levels.items() if lv > mine}
+        outranked = sv.outranked(q.name, (ix.jobs[k] for k in own), job)
         prios = ix.running_priorities.get(q.name)
         if prios and min(prios) < job.priority:
             keys.extend((k, False) for k in own)

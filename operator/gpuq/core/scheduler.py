@@ -39,7 +39,7 @@ from gpuq.core.placement import Placement, Request, place
 from gpuq.core.pools import Pool
 from gpuq.core.quota import QuotaBook
 from gpuq.core.reasons import capacity_reason, placement_reason, unschedulable_reason
-from gpuq.core.service import ServiceView, service_times
+from gpuq.core.service import ServiceView
 from gpuq.core.state import CycleState
 from gpuq.core.topology import level_weights
 
@@ -74,7 +74,8 @@ def schedule(
         ix.cycle_memo = None
     else:
         admitted = tuple(a.job for a in decisions.admit)
-        until = _victims_change_at(ix, now)
+        # Running jobs become victims by attained service with time alone: the memo expires then.
+        until = ix.next_service_event(now) if config.service.preempts else float("inf")
         ix.cycle_memo = _Memo(
             ix.changes, ix.takes, admitted, snapshot.queues, now, config, cycle.failed_out, until
         )
@@ -111,32 +112,7 @@ class _Memo:
     now: float
     config: SchedulerConfig
     failed: dict[tuple[str, int], _Failed]
-    # Running jobs become victims by attained service with time alone: the memo expires then.
-    until: float
-
-
-def _victims_change_at(ix: ClusterIndex, now: float) -> float:
-    """next_eligible over the running jobs, from the index's lazy heap of their service times."""
-    if not preemption.by_service(ix):
-        return float("inf")
-    heap = ix.service_events
-    if now < ix.service_events_now:  # time went back: entries already dropped may matter again
-        heap[:] = [
-            (t, k, ix.jobs[k].running.started_at)  # type: ignore[union-attr]
-            for keys in ix.running_by_queue.values()
-            for k in keys
-            for t in service_times(ix.jobs[k], ix.config.service)
-        ]
-        heapq.heapify(heap)
-    ix.service_events_now = now
-    while heap:
-        t, key, started = heap[0]
-        job = ix.jobs.get(key)
-        live = job is not None and job.running is not None and job.running.started_at == started
-        if t > now and live and key not in ix.evicting:
-            return t
-        heapq.heappop(heap)
-    return float("inf")
+    until: float  # the memo expires when time alone may give a queue new victims
 
 
 class _Outcome(Enum):

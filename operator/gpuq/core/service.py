@@ -25,15 +25,15 @@ def attained(job: Job, now: float) -> float:
     return job.attained_gpu_seconds + gpus * max(0.0, now - running.started_at)
 
 
-def level(job: Job, now: float, thresholds: tuple[float, ...]) -> int:
-    """How many of the thresholds (GPU-seconds, ascending) the job's attained service reached."""
-    return bisect.bisect_right(thresholds, attained(job, now)) if thresholds else 0
+def level_of(served: float, thresholds: tuple[float, ...]) -> int:
+    """How many of the thresholds (GPU-seconds, ascending) `served` GPU-seconds reached."""
+    return bisect.bisect_right(thresholds, served)
 
 
 def service_times(job: Job, rule: ServiceOrdering) -> tuple[float, ...]:
     """When a running job passes its minimum run and reaches each level (some may be past)."""
     running = job.running
-    if running is None or not rule.preempt or not rule.thresholds_gpu_hours:
+    if running is None or not rule.preempts:
         return ()
     start = running.started_at
     gpus = len(running.placement) * job.workers.gpus_per_worker
@@ -43,12 +43,6 @@ def service_times(job: Job, rule: ServiceOrdering) -> tuple[float, ...]:
     return tuple(times)
 
 
-def next_eligible(jobs: Iterable[Job], now: float, rule: ServiceOrdering) -> float:
-    """The earliest time after `now` at which one of these running jobs reaches a new level or its
-    minimum run, i.e. could become a victim by attained service that it is not now (inf if none)."""
-    return min((t for job in jobs for t in service_times(job, rule) if t > now), default=float("inf"))
-
-
 class ServiceView:
     """One cycle's view of attained service: which running jobs of a queue have passed their minimum
     run, at which level (computed once per queue and cycle: preemption searches ask many times)."""
@@ -56,28 +50,27 @@ class ServiceView:
     def __init__(self, rule: ServiceOrdering, now: float) -> None:
         self.now = now
         self.thresholds = rule.thresholds_gpu_seconds
-        self.enabled = rule.preempt and bool(self.thresholds)
+        self.enabled = rule.preempts
         self.min_run = rule.min_run_seconds
         self._levels: dict[str, dict[str, int]] = {}
 
     def level(self, job: Job) -> int:
-        return level(job, self.now, self.thresholds)
+        return level_of(attained(job, self.now), self.thresholds)
 
-    def victim_levels(self, queue: str, jobs: Iterable[Job]) -> dict[str, int]:
-        """Running jobs of `queue` (given as `jobs`) that ran min_run in this attempt, by level (>= 1)."""
-        cached = self._levels.get(queue)
-        if cached is None:
-            cached = {}
-            if self.enabled:
-                now, latest, thresholds = self.now, self.now - self.min_run, self.thresholds
-                for job in jobs:
-                    running = job.running
-                    if running is None or running.started_at > latest:
-                        continue
-                    gpus = len(running.placement) * job.workers.gpus_per_worker
-                    served = job.attained_gpu_seconds + gpus * (now - running.started_at)
-                    lv = bisect.bisect_right(thresholds, served)
+    def outranked(self, queue: str, running: Iterable[Job], job: Job) -> dict[str, int]:
+        """Running jobs of `queue` (given as `running`) that `job` may evict by attained service: past
+        their minimum run in this attempt and at a higher level than `job`, by key."""
+        if not self.enabled:
+            return {}
+        levels = self._levels.get(queue)
+        if levels is None:
+            latest = self.now - self.min_run
+            levels = {}
+            for victim in running:
+                if victim.running is not None and victim.running.started_at <= latest:
+                    lv = self.level(victim)
                     if lv > 0:
-                        cached[job.key] = lv
-            self._levels[queue] = cached
-        return cached
+                        levels[victim.key] = lv
+            self._levels[queue] = levels
+        mine = self.level(job)
+        return {key: lv for key, lv in levels.items() if lv > mine}
