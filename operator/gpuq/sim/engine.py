@@ -138,10 +138,9 @@ class SimJob:
     recovering: bool = False
     checkpoint: Checkpoint | None = None
     not_before: float = 0.0
-    evicting: bool = False  # saving a checkpoint before it lets go (State.STOPPING)
     attained: float = 0.0  # GPU-seconds held running in ended segments (attained service)
     save_fits: bool = False  # the save ends within the grace (else the victim is killed at the deadline)
-    stop_deadline: float = 0.0  # end of the checkpoint grace of a victim (State.STOPPING)
+    stop_requested: float = 0.0  # when a victim was asked to checkpoint (State.STOPPING)
 
     @property
     def progress_start(self) -> float:
@@ -306,9 +305,9 @@ class Simulation:
         elif kind == Event.STOPPED:
             job = self.jobs[key]
             # A victim whose save failed (its node died) leaves at its grace deadline, not before.
-            waits = not job.save_fits and t < job.stop_deadline
+            waits = not job.save_fits and t < self._stop_deadline(job)
             if job.epoch == epoch and job.state is State.STOPPING and not waits:
-                self._evict(job, t, keep_until=t - self.options.checkpoint_save_seconds)
+                self._evict(job, t)
                 self._sync(job)
                 self.dirty = True
         elif kind == Event.FAIL:
@@ -405,7 +404,7 @@ class Simulation:
             previous_placement=job.previous,
             recovering=job.recovering,
             not_before=job.not_before,
-            evicting=job.evicting,
+            evicting=job.state is State.STOPPING,
             attained_gpu_seconds=job.attained,
         )
 
@@ -488,18 +487,20 @@ class Simulation:
         """gpuq's protocol: the victim saves, holding its GPUs, then lets go with its progress kept.
         A save longer than the grace is cut short: the victim is killed at the deadline."""
         job.state = State.STOPPING
-        job.evicting = True
+        job.stop_requested = now
         save, grace = self.options.checkpoint_save_seconds, self.options.checkpoint_grace_seconds
         job.save_fits = save <= grace
-        job.stop_deadline = now + grace
         self._push(now + min(save, grace), Event.STOPPED, job.trace.key, job.epoch)
 
-    def _evict(self, job: SimJob, now: float, keep_until: float | None = None) -> None:
-        """Stop a job; it keeps the work up to `keep_until` (a checkpoint it just saved) or else up to
-        its last periodic checkpoint; the rest of the segment's GPU-time is lost."""
+    def _stop_deadline(self, job: SimJob) -> float:
+        return job.stop_requested + self.options.checkpoint_grace_seconds
+
+    def _evict(self, job: SimJob, now: float) -> None:
+        """Stop a job; a victim whose requested save finished keeps its work up to the request, any
+        other job up to its last periodic checkpoint; the rest of the segment's GPU-time is lost."""
         w = job.workers
         if job.state in (State.RUNNING, State.STOPPING):
-            saved_at = keep_until if job.evicting and job.save_fits else None
+            saved_at = job.stop_requested if job.state is State.STOPPING and job.save_fits else None
             if saved_at is not None:
                 progress = max(0.0, saved_at - job.progress_start)
             else:
@@ -526,7 +527,6 @@ class Simulation:
             self.pending_shapes[(w.replicas, w.gpus_per_worker)] += 1
         self._release(job, now)
         job.state = State.PENDING
-        job.evicting = False
 
     def _checkpointed_wall(self, elapsed: float) -> float:
         interval = (self.options.checkpoint_minutes or 0) * 60
@@ -592,7 +592,7 @@ class Simulation:
             job = self.jobs[key]
             if job.state is State.STOPPING and job.save_fits and name in job.placement:
                 job.save_fits = False
-                self._push(job.stop_deadline, Event.STOPPED, key, job.epoch)
+                self._push(self._stop_deadline(job), Event.STOPPED, key, job.epoch)
 
     def _check_no_job_on_failed_nodes(self) -> None:
         for key in self.active:

@@ -179,9 +179,6 @@ class KueueLike:
         cv.preempted.append(job.key)
         for x in victims:
             running[x.queue].remove(x)
-            for name in x.running.placement if x.running else ():
-                take(free[name], x, sign=-1)
-            book.add(x.queue, -x.workers.total_gpus, {})
         placement = self.placer(job, nodes, free)
         assert placement is not None, "the preemption search verified the placement"
         return placement, victims
@@ -193,49 +190,47 @@ class KueueLike:
     def _candidates(
         self, job: Job, q: Queue, book: QuotaBook, running: dict[str, list[Job]], queues: dict[str, Queue]
     ) -> list[Job]:
-        gpus = job.workers.total_gpus
-        found: list[tuple[int, int, float, Job]] = []
+        """Kueue's candidates, in its order: other queues' first, lower priority first, most recently
+        started first."""
+        found: list[tuple[bool, Job]] = []  # (own queue, job)
         if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
-            found += [(1, r.priority, 0.0, r) for r in running.get(q.name, ()) if r.priority < job.priority]
+            found += [(True, r) for r in running.get(q.name, ()) if r.priority < job.priority]
         reclaim = q.preemption.reclaim_within_cohort
         if (
             q.cohort is not None
             and reclaim is not ReclaimPreemption.NEVER
-            and book.used(q.name) + gpus <= q.nominal_gpus
+            and book.used(q.name) + job.workers.total_gpus <= q.nominal_gpus
         ):
             for other, jobs in running.items():
                 p = queues.get(other)
                 if p is None or other == q.name or p.cohort != q.cohort or book.borrowed(p) <= 0:
                     continue
-                for r in jobs:
-                    if reclaim is ReclaimPreemption.ANY or r.priority < job.priority:
-                        found.append((0, r.priority, 0.0, r))
-        usable = [
-            (own, prio, -(r.running.started_at if r.running else 0.0), r)
-            for own, prio, _, r in found
-            if r.preemptible and queues[r.queue].preemption.preemptible
-        ]
-        usable.sort(key=lambda item: item[:3])
-        return [r for *_, r in usable]
+                found += [
+                    (False, r) for r in jobs if reclaim is ReclaimPreemption.ANY or r.priority < job.priority
+                ]
+        usable = [(own, r) for own, r in found if r.preemptible and queues[r.queue].preemption.preemptible]
+        usable.sort(key=lambda c: (c[0], c[1].priority, -(c[1].running.started_at if c[1].running else 0.0)))
+        return [r for _, r in usable]
 
     def _preempt(self, job: Job, q: Queue, cv: _CycleView) -> list[Job]:
+        """Victims that let job in, released from the cycle's free resources and quota; [] (and
+        nothing changed) when none do."""
         book, free, nodes, queues = cv.book, cv.free, cv.nodes, cv.queues
         candidates = self._candidates(job, q, book, cv.running, queues)
         gpus = job.workers.total_gpus
         free_total = sum(slot[0] for slot in free.values())
         if not candidates or free_total + sum(c.workers.total_gpus for c in candidates) < gpus:
             return []
-        trial = {name: list(slot) for name, slot in free.items()}
         chosen: list[Job] = []
 
-        def remove(x: Job, sign: int) -> None:
+        def remove(x: Job, sign: int) -> None:  # sign 1 releases x's resources and quota, -1 takes them
             for name in x.running.placement if x.running else ():
-                if name in trial:
-                    take(trial[name], x, sign=-sign)
+                if name in free:
+                    take(free[name], x, sign=-sign)
             book.add(x.queue, -sign * x.workers.total_gpus, {})
 
         def admissible() -> bool:
-            return book.check(q, gpus).ok and self.placer(job, nodes, trial) is not None
+            return book.check(q, gpus).ok and self.placer(job, nodes, free) is not None
 
         for x in candidates:
             p = queues[x.queue]
@@ -255,8 +250,6 @@ class KueueLike:
                 chosen.remove(x)
             else:
                 remove(x, 1)
-        for x in chosen:  # the caller evicts them for real
-            remove(x, -1)
         return chosen
 
 
