@@ -71,11 +71,14 @@ class Case:
 
 
 def run_case(case: Case, policy: str) -> dict[str, Any]:
-    """One simulation (in a worker process); raw series are dropped to keep the result small."""
+    """One simulation (in a worker process); raw series are dropped to keep the result small, and the
+    scenario's description rides along so the parent need not read the trace again."""
     logs.configure("WARNING")
-    result = case.scenario().run(policy)
+    scenario = case.scenario()
+    result = scenario.run(policy)
     result.pop("timeline", None)
     result.pop("jct_samples", None)
+    result["scenario"] = scenario.describe()
     return result
 
 
@@ -153,7 +156,7 @@ def verdicts(results: dict[str, dict[str, Any]]) -> list[str]:
         name, theirs = min((results[b][key]["avg"], b) for b in BASELINES)[::-1]
         r = ratio(g[key]["avg"], theirs)
         lines.append(
-            f"{label} gpuq / best baseline ({name}) = {r:.2f}: "
+            f"{label} gpuq / best baseline ({name}) = {r:.3f}: "
             f"{'met' if r < TARGETS[key] else 'MISSED'} (target < {TARGETS[key]}; "
             f"gpuq {g[key]['avg'] / HOUR:.2f} h, {name} {theirs / HOUR:.2f} h)"
         )
@@ -188,7 +191,7 @@ def _met(value: float, target: float) -> str:
 
 def report(case: Case, results: dict[str, dict[str, Any]], console: Console) -> dict[str, Any]:
     """Print one case's tables and verdicts; return them for the JSON file."""
-    info = case.scenario().describe()
+    info = results["gpuq"]["scenario"]
     title = (
         f"{case.title}: {info['jobs']} jobs, {info['gpus']} GPUs, {info['queues']} queues, "
         f"offered load {info['offered_load']:.2f}"
