@@ -12,7 +12,7 @@ from gpuq.core import SchedulerConfig, schedule
 from gpuq.core.incremental import IncrementalSchedule, snapshot_delta
 from gpuq.core.model import Resources, Running, Snapshot
 
-from .helpers import NOW, cluster, job, queue, snap
+from .helpers import NOW, cluster, job, node, queue, snap, with_node
 from .strategies import scenarios
 
 
@@ -62,3 +62,17 @@ def test_the_index_is_kept_when_only_jobs_change() -> None:
     d2 = inc(s2, NOW + 1, SchedulerConfig())
     assert inc.index is ix and ix.rebuilds == 1 and inc.last_delta == 2
     assert [x.job for x in d2.admit] == ["ns/b"]
+
+
+def test_a_model_losing_its_last_schedulable_node_rebuilds_the_index() -> None:
+    # Found by the property above: the kept index still listed H100 after its only node went
+    # NotReady, so a model-quota reason was given where a fresh index says no node is schedulable.
+    nodes = [node("h0", gpu_model="H100"), node("a0", gpu_model="A100")]
+    q = queue(model_quotas={"H100": 8})
+    s1 = snap(nodes, [q], [job("ns/a", replicas=2, gpus=8)])
+    inc = IncrementalSchedule()
+    assert inc(s1, NOW, SchedulerConfig()) == schedule(s1, NOW, SchedulerConfig())
+    s2 = snap(with_node(nodes, "h0", not_ready_since=NOW - 60), [q], s1.jobs)
+    d2 = inc(s2, NOW + 1, SchedulerConfig())
+    assert inc.index is not None and inc.index.models == ["A100"]
+    assert d2 == schedule(s2, NOW + 1, SchedulerConfig())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from array import array
+from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -164,7 +165,10 @@ class ClusterIndex:
         for i, nd in enumerate(nodes):
             self._load_static(i, nd)
         self.width = max([*self.cap_gpu, 1]) + 1
-        self.models = sorted({self.model[i] for i in range(N) if self.schedulable[i]})
+        # GPU models of the schedulable nodes, and how many such nodes each has: a model that appears
+        # or loses its last schedulable node changes pools and model rules, so the index rebuilds.
+        self.model_nodes = Counter(self.model[i] for i in range(N) if self.schedulable[i])
+        self.models = sorted(self.model_nodes)
         # Jobs.
         self.jobs: dict[str, Job] = {}
         self.demand: dict[str, Demand] = {}
@@ -464,7 +468,8 @@ class ClusterIndex:
             old.path != nd.path
             or gpus >= self.width
             or model != self.model[i]
-            or (is_schedulable(nd) and model not in self.models)
+            or (is_schedulable(nd) and model not in self.model_nodes)
+            or (not is_schedulable(nd) and self.schedulable[i] == 1 and self.model_nodes[model] == 1)
         )
 
     def _update_node(self, nd: Node) -> None:
@@ -489,8 +494,10 @@ class ClusterIndex:
             or old.healthy_gpus != nd.healthy_gpus
         )
         old_soft = self._soft(i)
+        self.model_nodes[self.model[i]] -= self.schedulable[i]
         self.nodes[i] = nd
         self._load_static(i, nd)
+        self.model_nodes[self.model[i]] += self.schedulable[i]
         self._refresh_free(i)
         self.soft_tainted += self._soft(i) - old_soft
         if static_changed:
