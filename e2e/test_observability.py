@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import test_operator as shared
+from gpuq.controller.metrics import PREEMPTION_REASONS
 from gpuq.controller.testing import GpuqClient, OperatorProcess
 from gpuq.devcluster.testing import E2ECluster, built_tool, wait_for
 from gpuq.observability import alert_queries, dashboard_queries, dashboard_variables, to_promql
@@ -155,7 +156,8 @@ def run_workload(
     # Queues exist before their jobs, as in a real cluster: once Prometheus has seen their counters
     # at 0, the first preemption is an increase (a series first scraped at 1 shows none).
     selector = f'gpuq_preempted_jobs_total{{queue=~"{q}|{spare}"}}'
-    wait_for(lambda: len(prom.query(selector)) == 4, 30, "the queues' counters scraped at 0")
+    series = 2 * len(PREEMPTION_REASONS)  # each queue, each reason
+    wait_for(lambda: len(prom.query(selector)) == series, 30, "the queues' counters scraped at 0")
     gpuq.submit(ns, "low", q, 2, 8, checkpoint={"requestOnPreemption": False})
     phase(gpuq, op, ns, "low", "Running")
     gpuq.submit(ns, "high", q, 2, 8, priority=10)

@@ -16,6 +16,7 @@ the offending path, so a typo never silently falls back to a default.
                disruptionFraction: 0.3, disruptionMinNodes: 3, disruptionMaxSeconds: 300,
                disruptionSettleSeconds: 15}
     service: {thresholdsGPUHours: [1.0], preempt: true, minRunSeconds: 900}   # [] : plain FIFO
+    consolidation: {enabled: true, maxMovedGPUs: 32, minWaitSeconds: 3600}
     starvationSeconds: 300
     maxAdmissionsPerCycle: 10000
     maxPreemptionSearchesPerCycle: 16
@@ -35,7 +36,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from gpuq.core.config import FailoverConfig, SchedulerConfig, ScoringWeights, ServiceOrdering
+from gpuq.core.config import (
+    Consolidation,
+    FailoverConfig,
+    SchedulerConfig,
+    ScoringWeights,
+    ServiceOrdering,
+)
 from gpuq.core.model import Topology
 
 CONFIG_MAP_NAME = "gpuq-scheduler-config"
@@ -110,11 +117,18 @@ class _Service(_Strict):
         return thresholds
 
 
+class _Consolidation(_Strict):
+    enabled: bool = Field(default=_DEFAULT.consolidation.enabled)
+    max_moved_gpus: int = Field(default=_DEFAULT.consolidation.max_moved_gpus, ge=0, alias="maxMovedGPUs")
+    min_wait_seconds: float = Field(default=_DEFAULT.consolidation.min_wait_seconds, ge=0)
+
+
 class _Config(_Strict):
     topology: _Topology = Field(default_factory=_Topology)
     weights: _Weights = Field(default_factory=_Weights)
     failover: _Failover = Field(default_factory=_Failover)
     service: _Service = Field(default_factory=_Service)
+    consolidation: _Consolidation = Field(default_factory=_Consolidation)
     starvation_seconds: float = Field(default=_DEFAULT.starvation_seconds, ge=0)
     max_admissions_per_cycle: int = Field(default=_DEFAULT.max_admissions_per_cycle, ge=1)
     max_preemption_searches_per_cycle: int = Field(default=_DEFAULT.max_preemption_searches_per_cycle, ge=1)
@@ -134,6 +148,7 @@ class _Config(_Strict):
             service=ServiceOrdering(
                 tuple(self.service.thresholds_gpu_hours), self.service.preempt, self.service.min_run_seconds
             ),
+            consolidation=Consolidation(**self.consolidation.model_dump()),
             starvation_seconds=self.starvation_seconds,
             max_admissions_per_cycle=self.max_admissions_per_cycle,
             max_preemption_searches_per_cycle=self.max_preemption_searches_per_cycle,

@@ -50,6 +50,8 @@ def test_config_map_key_is_read(tmp_path: Path) -> None:
         ("extenderPort: 70000", "extenderPort"),
         ("service: {thresholdsGPUHours: [4, 1]}", "strictly ascending"),
         ("service: {minRunSeconds: -1}", "service.minRunSeconds"),
+        ("consolidation: {maxMovedGpus: 8}", "consolidation.maxMovedGpus: Extra inputs are not permitted"),
+        ("consolidation: {maxMovedGPUs: -1}", "consolidation.maxMovedGPUs"),
         ("topology: {levels: [{name: rack, label: r}]}", "last (innermost) level must be 'node'"),
         ("topology: {levels: [{name: node, label: a}, {name: node, label: b}]}", "unique"),
         ("- 1", "expected a mapping"),
@@ -94,3 +96,9 @@ def test_attained_service_ordering_is_configurable_and_can_be_turned_off() -> No
     assert cfg.service.thresholds_gpu_hours == (0.5, 8.0) and not cfg.service.preempt
     assert cfg.service.thresholds_gpu_seconds == (1800.0, 28800.0)
     assert parse_config("service: {thresholdsGPUHours: []}").service.thresholds_gpu_hours == ()
+
+
+def test_consolidation_is_configurable_and_can_be_turned_off() -> None:
+    cfg = parse_config("consolidation: {enabled: false, maxMovedGPUs: 8}")
+    assert not cfg.consolidation.enabled and cfg.consolidation.max_moved_gpus == 8
+    assert parse_config("").consolidation.enabled

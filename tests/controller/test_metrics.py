@@ -12,7 +12,9 @@ from gpuq.controller import bodies as b
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.loop import SchedulingLoop
 from gpuq.controller.metrics import (
+    PREEMPTION_CONSOLIDATION,
     PREEMPTION_IN_QUEUE,
+    PREEMPTION_REASONS,
     PREEMPTION_RECLAIM,
     PREEMPTION_UNKNOWN,
     RECOVERY_HORIZON_SECONDS,
@@ -92,7 +94,7 @@ def test_every_queue_gets_its_counters_at_zero_so_a_first_event_is_an_increase()
         assert sample(m, "gpuq_restarts_total", queue=queue) == 0
         assert sample(m, "gpuq_admission_wait_time_seconds_count", queue=queue) == 0
         assert sample(m, "gpuq_failover_recovery_time_seconds_count", queue=queue) == 0
-        for reason in (PREEMPTION_IN_QUEUE, PREEMPTION_RECLAIM):
+        for reason in PREEMPTION_REASONS:
             assert sample(m, "gpuq_preempted_jobs_total", queue=queue, reason=reason) == 0
 
 
@@ -170,6 +172,12 @@ def test_preemption_reason_follows_the_queues(preemptor_queue: str | None, reaso
     m = Metrics()
     m.preempted(victim, preemption_reason(victim, preemptor))
     assert sample(m, "gpuq_preempted_jobs_total", queue="q", reason=reason) == 1
+
+
+def test_a_move_is_counted_as_consolidation_whatever_the_queues() -> None:
+    victim = entry("victim")
+    for preemptor in (entry("high", queue="q"), entry("high", queue="lender"), None):
+        assert preemption_reason(victim, preemptor, move=True) == PREEMPTION_CONSOLIDATION
 
 
 # -- failover recovery ------------------------------------------------------------------------

@@ -321,6 +321,38 @@ def victim_allowed(
     return usage > vq.nominal_gpus
 
 
+def move_allowed(
+    s: Snapshot, victim: str, for_job: str, now: float, config: SchedulerConfig | None = None
+) -> bool:
+    """Consolidation's rule (docs/scheduling.md), from its definition: a starving job may move a
+    running gang of no higher priority that sits on one node without filling it, once the gang ran
+    its minimum run, if the gang and its queue may be preempted at all."""
+    config = config or SchedulerConfig()
+    jobs = {j.key: j for j in s.jobs}
+    queues = {q.name: q for q in s.queues}
+    nodes = {n.name: n for n in s.nodes}
+    v, j = jobs[victim], jobs[for_job]
+    if not config.consolidation.enabled or v.running is None or v.evicting or not v.preemptible:
+        return False
+    waited = now - j.created_at
+    if (
+        waited < max(config.starvation_seconds, config.consolidation.min_wait_seconds)
+        or v.priority > j.priority
+    ):
+        return False
+    ran = now - v.running.started_at
+    if ran < v.min_runtime_seconds or ran < config.service.min_run_seconds:
+        return False
+    vq = queues.get(v.queue)
+    if vq is not None and vq.preemption.budget() == 0:
+        return False
+    on = set(v.running.placement)
+    if len(on) != 1:
+        return False
+    node = nodes.get(next(iter(on)))
+    return node is not None and len(v.running.placement) * v.workers.gpus_per_worker < node.allocatable.gpus
+
+
 def check_preemptions(s: Snapshot, d: Decisions, now: float, config: SchedulerConfig | None = None) -> None:
     pend = {p.job: p for p in d.pending}
     seen: set[str] = set()
@@ -334,7 +366,8 @@ def check_preemptions(s: Snapshot, d: Decisions, now: float, config: SchedulerCo
     for p in d.preempt:
         assert p.victim not in seen, f"{p.victim} preempted twice"
         seen.add(p.victim)
-        assert victim_allowed(s, p.victim, p.for_job, now, config), (
+        allowed = move_allowed if p.move else victim_allowed
+        assert allowed(s, p.victim, p.for_job, now, config), (
             f"{p.victim} is not an allowed victim of {p.for_job}"
         )
         assert p.for_job in pend and pend[p.for_job].code == PendingCode.WAITING_FOR_PREEMPTION

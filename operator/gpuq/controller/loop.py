@@ -138,9 +138,12 @@ class SchedulingLoop:
             return
         if self._timer is not None and self._timer_at is not None and self._timer_at <= when:
             return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a cycle run outside the event loop (tests, one-shot tools): no timers
+            return
         if self._timer is not None:
             self._timer.cancel()
-        loop = asyncio.get_running_loop()
         self._timer_at = when
         self._timer = loop.call_later(max(0.0, when - self.clock()) + 0.01, self._on_timer)
 
@@ -235,6 +238,7 @@ class SchedulingLoop:
         grace = self.config.failover.not_ready_grace_seconds
         timers = (
             view.wake_at,
+            decisions.wake_at,
             self.tracker.next_deadline(),
             *(d.until for d in prep.disruptions.values()),
             *(t + grace for t in self._disrupted_at.values() if t + grace > now),
@@ -388,7 +392,13 @@ class SchedulingLoop:
         ck = victim.spec.checkpoint
         grace = float(ck.grace_period_seconds) if ck.request_on_preemption else 0.0
         ev = self.tracker.start(
-            p.victim, p.for_job, p.reason, now, grace, newer(victim.status.last_checkpoint, victim.checkpoint)
+            p.victim,
+            p.for_job,
+            p.reason,
+            now,
+            grace,
+            newer(victim.status.last_checkpoint, victim.checkpoint),
+            move=p.move,
         )
         if not ev.is_stop:  # a queue's preemption budget counts other jobs' preemptions only
             self.preemption_log.add(victim.spec.queue, now)
@@ -451,7 +461,7 @@ class SchedulingLoop:
         if ev.is_stop:
             log.info("stopped", job=victim.key, queue=victim.spec.queue if victim.spec else None, why=msg)
             return
-        self.metrics.preempted(victim, preemption_reason(victim, self.cache.jobs.get(ev.for_job)))
+        self.metrics.preempted(victim, preemption_reason(victim, self.cache.jobs.get(ev.for_job), ev.move))
         await self._event_on(ev.for_job, st.normal("PreemptedVictim", f"preempted {victim.key} to make room"))
         log.info(
             "preempted", job=victim.key, queue=victim.spec.queue if victim.spec else None, for_job=ev.for_job

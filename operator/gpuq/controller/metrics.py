@@ -28,8 +28,9 @@ from gpuq.core.decisions import Admit, Decisions, Pending
 # Why a gang was preempted (label `reason` of gpuq_preempted_jobs_total), after Kueue's reasons.
 PREEMPTION_IN_QUEUE = "InQueuePriority"  # a higher-priority job of the same queue (Kueue: InClusterQueue)
 PREEMPTION_RECLAIM = "InCohortReclamation"  # a cohort peer took back quota the victim's queue borrowed
+PREEMPTION_CONSOLIDATION = "Consolidation"  # moved off a partly used node for a starving gang
 PREEMPTION_UNKNOWN = "Unknown"  # the preemptor was deleted before its victim was evicted
-PREEMPTION_REASONS = (PREEMPTION_IN_QUEUE, PREEMPTION_RECLAIM)
+PREEMPTION_REASONS = (PREEMPTION_IN_QUEUE, PREEMPTION_RECLAIM, PREEMPTION_CONSOLIDATION)
 
 # A restart not followed by a running gang within this long is dropped from the recovery bookkeeping
 # (the job failed, was deleted, or waits for capacity: it is no longer a failover in progress).
@@ -88,9 +89,12 @@ def queued_since(job: JobEntry) -> float:
     return job.created_at
 
 
-def preemption_reason(victim: JobEntry, preemptor: JobEntry | None) -> str:
+def preemption_reason(victim: JobEntry, preemptor: JobEntry | None, move: bool = False) -> str:
     """The core preempts within a queue by priority, and across queues only to reclaim lent quota
-    (gpuq.core.preemption), so the two jobs' queues tell which rule chose the victim."""
+    (gpuq.core.preemption), so the two jobs' queues tell which rule chose the victim; a move
+    (gpuq.core.consolidation) says so itself."""
+    if move:
+        return PREEMPTION_CONSOLIDATION
     if preemptor is None or preemptor.spec is None:
         return PREEMPTION_UNKNOWN
     return PREEMPTION_IN_QUEUE if preemptor.spec.queue == _queue(victim) else PREEMPTION_RECLAIM

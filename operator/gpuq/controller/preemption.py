@@ -36,6 +36,7 @@ class Eviction:
     deadline: float
     baseline: CheckpointReport | None  # the victim's checkpoint when we asked
     evicted: bool = False  # pods deleted; waiting for them to be gone
+    move: bool = False  # stopped to be moved elsewhere (consolidation), not displaced
 
     @property
     def is_stop(self) -> bool:
@@ -91,8 +92,9 @@ class PreemptionTracker:
         now: float,
         grace_seconds: float,
         baseline: CheckpointReport | None,
+        move: bool = False,
     ) -> Eviction:
-        ev = Eviction(victim, for_job, reason, now, now + grace_seconds, baseline)
+        ev = Eviction(victim, for_job, reason, now, now + grace_seconds, baseline, move=move)
         self._by_victim[victim] = ev
         return ev
 

@@ -72,11 +72,31 @@ class ServiceOrdering:
 
 
 @dataclass(frozen=True, slots=True)
+class Consolidation:
+    """Moving small gangs to make room for a starving one (KAI's consolidation; docs/scheduling.md).
+
+    When a queue head at the first attained-service level that waited `min_wait_seconds` (and
+    `starvation_seconds`) fits its quota and the free GPUs in number but not in shape (they are
+    scattered over partly used nodes), running single-node gangs of no higher priority are stopped
+    (asked to checkpoint) and restarted on other nodes' free GPUs, if every one of them fits there at
+    once, so that whole nodes come free for the head in the smallest domain that could hold it. At most
+    the head's GPUs and `max_moved_gpus` are moved for one head; a gang is moved only after it ran
+    `service.min_run_seconds` in its current attempt (and its own minRuntimeSeconds), and never when it
+    or its queue is not preemptible or its queue is out of preemptions.
+    """
+
+    enabled: bool = True
+    max_moved_gpus: int = 32
+    min_wait_seconds: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     topology: Topology = field(default_factory=Topology)
     weights: ScoringWeights = field(default_factory=ScoringWeights)
     failover: FailoverConfig = field(default_factory=FailoverConfig)
     service: ServiceOrdering = field(default_factory=ServiceOrdering)
+    consolidation: Consolidation = field(default_factory=Consolidation)
     # BestEffortFIFO: a head that has waited this long gets a reservation; later jobs may only
     # backfill around it (see docs/scheduling.md).
     starvation_seconds: float = 300.0

@@ -54,6 +54,8 @@ class Preempt:
     victim: str
     for_job: str
     reason: str
+    # Stopped to be moved, not displaced (consolidation): it restarts on free GPUs elsewhere.
+    move: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +89,6 @@ class Decisions:
     # Diagnostics for logs/metrics: queue name -> GPUs in use / borrowed after this cycle.
     queue_usage: dict[str, int] = field(default_factory=dict)
     queue_borrowed: dict[str, int] = field(default_factory=dict)
+    # When time alone may change the next cycle's decisions (a head starts starving, a running job
+    # passes its minimum run or reaches an attained-service level): the shell runs a cycle then.
+    wake_at: float | None = None

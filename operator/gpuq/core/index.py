@@ -312,7 +312,7 @@ class ClusterIndex:
 
     def _push_service_events(self, job: Job) -> None:
         assert job.running is not None
-        for t in service_times(job, self.config.service):
+        for t in service_times(job, self.config.service, self.config.consolidation.enabled):
             heapq.heappush(self.service_events, (t, job.key, job.running.started_at))
 
     def next_service_event(self, now: float) -> float:

@@ -140,13 +140,7 @@ def allowed_victims(
             if peer.name != q.name and book.used(peer.name) > peer.nominal_gpus:
                 keys.extend((k, True) for k in ix.running_by_queue.get(peer.name, ()))
     out = []
-    jobs, job_nodes, demand, job_models, evicting_set = (
-        ix.jobs,
-        ix.job_nodes,
-        ix.demand,
-        ix.job_models,
-        ix.evicting,
-    )
+    jobs, evicting_set = ix.jobs, ix.evicting
     any_priority = policy is ReclaimPreemption.ANY
     for key, reclaim in keys:
         if key in unavailable:
@@ -158,38 +152,51 @@ def allowed_victims(
             and not (not reclaim and v.priority == job.priority and key in outranked)
         ):
             continue
-        running = v.running
-        assert running is not None
-        evicting = key in evicting_set
-        if not evicting and (
-            not v.preemptible or v.queue in protected or now - running.started_at < v.min_runtime_seconds
-        ):
+        if key not in evicting_set and not may_stop(v, protected, now):
             continue
-        d = demand[key]
-        gpus = len(running.placement) * d.gpus
-        if evicting:
-            lost = 0.0
-        else:
-            ckpt = v.checkpoint
-            since = running.started_at if ckpt is None or ckpt.time < running.started_at else ckpt.time
-            lost = max(0.0, now - since) * gpus
-        out.append(
-            Victim(
-                not evicting,
-                v.priority,
-                lost,
-                -gpus,
-                key,
-                v.queue,
-                gpus,
-                job_nodes[key],
-                d,
-                reclaim,
-                job_models[key],
-            )
-        )
+        out.append(victim_of(ix, v, now, reclaim))
     out.sort()
     return out
+
+
+def may_stop(job: Job, protected: frozenset[str], now: float) -> bool:
+    """Whether a running job may be stopped at all now (by preemption or to be moved): preemptible,
+    its queue not protected, past its minRuntimeSeconds."""
+    running = job.running
+    assert running is not None
+    return (
+        job.preemptible and job.queue not in protected and now - running.started_at >= job.min_runtime_seconds
+    )
+
+
+def victim_of(ix: ClusterIndex, job: Job, now: float, reclaim: bool = False) -> Victim:
+    """A running job as a victim: its cost is the work lost since its last checkpoint (0 when it is
+    already being evicted)."""
+    running = job.running
+    assert running is not None
+    key = job.key
+    evicting = key in ix.evicting
+    d = ix.demand[key]
+    gpus = len(running.placement) * d.gpus
+    if evicting:
+        lost = 0.0
+    else:
+        ckpt = job.checkpoint
+        since = running.started_at if ckpt is None or ckpt.time < running.started_at else ckpt.time
+        lost = max(0.0, now - since) * gpus
+    return Victim(
+        not evicting,
+        job.priority,
+        lost,
+        -gpus,
+        key,
+        job.queue,
+        gpus,
+        ix.job_nodes[key],
+        d,
+        reclaim,
+        ix.job_models[key],
+    )
 
 
 def victims_per_queue(plan: Plan) -> dict[str, int]:

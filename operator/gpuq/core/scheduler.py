@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
-from gpuq.core import preemption
+from gpuq.core import consolidation, preemption
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.constraints import invalid_constraints
 from gpuq.core.decisions import (
@@ -39,7 +39,7 @@ from gpuq.core.placement import Placement, Request, place
 from gpuq.core.pools import Pool
 from gpuq.core.quota import QuotaBook
 from gpuq.core.reasons import capacity_reason, placement_reason, unschedulable_reason
-from gpuq.core.service import ServiceView
+from gpuq.core.service import ServiceView, attained
 from gpuq.core.state import CycleState
 from gpuq.core.topology import level_weights
 
@@ -75,7 +75,9 @@ def schedule(
     else:
         admitted = tuple(a.job for a in decisions.admit)
         # Running jobs become victims by attained service with time alone: the memo expires then.
-        until = ix.next_service_event(now) if config.service.preempts else float("inf")
+        # So do jobs consolidation may move (past their minimum run).
+        timed = config.service.preempts or config.consolidation.enabled
+        until = ix.next_service_event(now) if timed else float("inf")
         ix.cycle_memo = _Memo(
             ix.changes, ix.takes, admitted, snapshot.queues, now, config, cycle.failed_out, until
         )
@@ -88,7 +90,7 @@ class _Failed:
 
     key: str
     head: bool
-    starving: bool
+    stage: int  # how long it had waited: _Cycle._stage
     searched: bool  # it ran a preemption search (counts against the per-cycle budget)
     # Starving heads holding a reservation when it failed: with another set (a new arrival may take
     # such a head's place), what the class saw free differs.
@@ -102,8 +104,8 @@ class _Memo:
     """What a cycle that preempted nothing leaves for the next (explain=False only). If since then its
     admissions started and otherwise only new pending jobs came in (ClusterIndex.changes/takes), no
     capacity or quota was freed: a class whose same first job fails in the same role (head or not,
-    starving or not, behind the same reservations) fails again and need not be tried, unless it is a
-    head that jobs started since could now be preempted for."""
+    at the same waiting stage, behind the same reservations) fails again and need not be tried,
+    unless it is a head that jobs started since could now be preempted for."""
 
     changes: int
     takes: int
@@ -177,6 +179,7 @@ class _Cycle:
         self.preempt_fail: dict[Hashable, int] = {}
         self.admitted = 0
         self.reserved: list[str] = []  # starving jobs holding a reservation this cycle
+        self.starving_at = float("inf")  # when a head that waits passes its next stage (_stage_times)
         self._admitted_keys: set[str] = set()
         self.searches = 0  # preemption searches run this cycle
         self.deferred: set[str] = set()  # jobs whose preemption search the budget deferred
@@ -391,7 +394,14 @@ class _Cycle:
                 self._advance(heads, keys, ck, cur)
                 push(qn)
                 continue
-            outcome = self._try_or_recall(job, q, qn, ck, is_head=qn not in head_failed)
+            is_head = qn not in head_failed
+            outcome = self._try_or_recall(job, q, qn, ck, is_head)
+            if is_head and outcome is not _Outcome.ADMITTED:
+                # A waiting head may get a reservation, then moves, once it waited long enough.
+                for t in self._stage_times(job):
+                    if t > now:
+                        self.starving_at = min(self.starving_at, t)
+                        break
             if outcome is _Outcome.ADMITTED:
                 self._advance(heads, keys, ck, cur)
                 push(qn)
@@ -416,14 +426,14 @@ class _Cycle:
 
     def _try_or_recall(self, job: Job, q: Queue, qn: str, ck: int, is_head: bool) -> _Outcome:
         """_try, or the last cycle's failure of this class when nothing that could change it did."""
-        starving = self.now - job.created_at >= self.cfg.starvation_seconds
+        stage = self._stage(job)
         prev = self.failed_in.get((qn, ck))
         if (
             prev is not None
             and not self.preempts  # evictions free their queues' quota: a reclaim may now be allowed
             and prev.key == job.key
             and prev.head == is_head
-            and prev.starving == starving
+            and prev.stage == stage
             and prev.reserved == tuple(self.reserved)
             and not (
                 is_head
@@ -442,9 +452,21 @@ class _Cycle:
         if outcome is _Outcome.FAILED and job.key not in self.deferred and job.key not in self.reserved:
             searched = self.searches > searches
             self.failed_out[(qn, ck)] = _Failed(
-                job.key, is_head, starving, searched, tuple(self.reserved), *self.fail_reason
+                job.key, is_head, stage, searched, tuple(self.reserved), *self.fail_reason
             )
         return outcome
+
+    def _stage_times(self, job: Job) -> tuple[float, ...]:
+        """When a waiting job starts starving (starvation_seconds: a reservation) and when it may
+        have gangs moved for it (consolidation.min_wait_seconds, once starving), ascending."""
+        starves = job.created_at + self.cfg.starvation_seconds
+        if not self.cfg.consolidation.enabled:
+            return (starves,)
+        return (starves, max(starves, job.created_at + self.cfg.consolidation.min_wait_seconds))
+
+    def _stage(self, job: Job) -> int:
+        """How many of its _stage_times a waiting job has passed."""
+        return sum(self.now >= t for t in self._stage_times(job))
 
     @staticmethod
     def _advance(heads: _Heads, keys: list[OrderKey], ck: int, cur: int) -> None:
@@ -550,11 +572,18 @@ class _Cycle:
             # Only models the queue's model quota excludes could hold it.
             self._pend(job, capped or model_reason, PendingCode.QUOTA_EXCEEDED)
             return _Outcome.FAILED
+        starving = is_head and self.now - job.created_at >= self.cfg.starvation_seconds
         if (
             is_head
+            and self._stage(job) == 2
+            and code in CAPACITY_CODES
+            and self._consolidate(job, q, G, d, Request(d, R, depth), tiers) is _Outcome.WAITING
+        ):
+            return _Outcome.WAITING
+        if (
+            starving
             and not self.reserved  # one reservation at a time: each one idles GPUs until it fits
             and code in CAPACITY_CODES
-            and self.now - job.created_at >= self.cfg.starvation_seconds
         ):
             held = self._reserve(job, q, d, R, depth, tiers[-1])
             if held:
@@ -602,12 +631,8 @@ class _Cycle:
         if plan is None:
             self.preempt_fail[memo_key] = st.gives
             return _Outcome.FAILED
-        taken = preemption.victims_per_queue(plan)
-        if any(n > self.budgets[name] for name, n in taken.items() if name in self.budgets):
+        if not self._spend_budgets(plan):
             return _Outcome.FAILED  # it would exceed a queue's preemptions per hour: wait instead
-        for name, n in taken.items():
-            if name in self.budgets:
-                self.budgets[name] -= n
         models = self._models_of(plan.placement, d)
         preemption.commit(st, book, plan, d, q, quota_gpus, models)
         for v in plan.victims:
@@ -628,6 +653,114 @@ class _Cycle:
             tuple(nodes[i].name for i in plan.placement.nodes),
         )
         return _Outcome.WAITING
+
+    def _consolidate(
+        self, job: Job, q: Queue, quota_gpus: int, d: Demand, req: Request, tiers: list[list[Pool]]
+    ) -> _Outcome:
+        """Move small gangs so that a starving head fits (gpuq.core.consolidation): its quota holds it
+        and the cluster has its GPUs free, in the wrong shape."""
+        cfg, st, ix = self.cfg.consolidation, self.st, self.ix
+        G = job.workers.total_gpus
+        if not cfg.enabled or st.free_gpus_bound < G:
+            return _Outcome.FAILED
+        if self.service.level(job) > 0:
+            # Attained service puts it behind new work by design: its queue's level-0 jobs would
+            # preempt it again once it ran service.min_run_seconds, undoing the moves.
+            return _Outcome.FAILED
+        if self.searches >= self.cfg.max_preemption_searches_per_cycle:
+            return _Outcome.FAILED
+        self.searches += 1
+        plan = consolidation.search(
+            st,
+            req,
+            tiers,
+            self.weights,
+            self._movers(job),
+            self._mover_tiers,
+            self._mover_order,
+            min(G, cfg.max_moved_gpus),
+        )
+        if plan is None:
+            return _Outcome.FAILED
+        victims = [m.victim for m in plan.moves]
+        pplan = preemption.Plan(
+            tuple(v for v in victims if not v.evicting),
+            tuple(v for v in victims if v.evicting),
+            plan.placement,
+            preemption.set_cost(victims),
+        )
+        if not self._spend_budgets(pplan):
+            return _Outcome.FAILED
+        preemption.commit(st, self.book, pplan, d, q, quota_gpus, self._models_of(plan.placement, d))
+        for m in plan.moves:  # the free GPUs each moved gang restarts on stay its own this cycle
+            st.use_all(m.target.assign, m.victim.demand, 1)
+        nodes = ix.nodes
+        cleared = ", ".join(nodes[i].name for i in plan.nodes[:3]) + (" ..." if len(plan.nodes) > 3 else "")
+        for v in pplan.victims:
+            why = (
+                f"moved to make room for {job.key} (queue {q.name}): its GPUs free up {len(plan.nodes)} "
+                f"partly used node(s) ({cleared}); it restarts from its checkpoint on free GPUs elsewhere"
+            )
+            self.preempts.append(Preempt(v.key, job.key, why, move=True))
+        self.unavailable.update(v.key for v in victims)
+        self._pend(
+            job,
+            f"waiting for {len(victims)} gang{'s' if len(victims) != 1 else ''} to move off "
+            f"{len(plan.nodes)} partly used node{'s' if len(plan.nodes) != 1 else ''} (consolidation)",
+            PendingCode.WAITING_FOR_PREEMPTION,
+            tuple(nodes[i].name for i in plan.placement.nodes),
+        )
+        return _Outcome.WAITING
+
+    def _spend_budgets(self, plan: preemption.Plan) -> bool:
+        """Count the plan's new victims against their queues' preemptions per hour; False (nothing
+        spent) if a queue has fewer left than the plan takes."""
+        taken = preemption.victims_per_queue(plan)
+        if any(n > self.budgets[name] for name, n in taken.items() if name in self.budgets):
+            return False
+        for name, n in taken.items():
+            if name in self.budgets:
+                self.budgets[name] -= n
+        return True
+
+    def _movers(self, job: Job) -> list[preemption.Victim]:
+        """Running gangs consolidation may move for `job`: on one node they do not fill, of no higher
+        priority, past their minimum run (service.min_run_seconds) and allowed to stop at all."""
+        ix, now = self.ix, self.now
+        protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
+        latest = now - self.cfg.service.min_run_seconds
+        out = []
+        for keys in ix.running_by_queue.values():
+            for key in keys:
+                v = ix.jobs[key]
+                if key in self.unavailable or v.priority > job.priority:
+                    continue
+                placed = ix.job_nodes[key]
+                if len(placed) != 1 or key in ix.recovering:
+                    continue
+                n, k = placed[0]
+                if not consolidation.movable(v, ix.demand[key].gpus * k, ix.cap_gpu[n]):
+                    continue
+                evicting = key in ix.evicting
+                assert v.running is not None
+                if not evicting and (
+                    v.running.started_at > latest or not preemption.may_stop(v, protected, now)
+                ):
+                    continue
+                out.append(preemption.victim_of(ix, v, now))
+        return out
+
+    def _mover_order(self, v: preemption.Victim) -> OrderKey:
+        """Where a moved gang will stand in its queue: its order key with the service it has then."""
+        job = self.ix.jobs[v.key]
+        return order_key(replace(job, attained_gpu_seconds=attained(job, self.now)), self.ix.thresholds)
+
+    def _mover_tiers(self, v: preemption.Victim) -> list[list[Pool]]:
+        """Where a moved gang may restart: its own constraints, on the GPU model it runs on (so its
+        queue's model usage does not change)."""
+        ix = self.ix
+        model = ix.model[v.assign[0][0]]
+        return self.st.pool_tiers(ix.jobs[v.key], sum(k for _, k in v.assign), frozenset((model,)))
 
     def _reserve(self, job: Job, q: Queue, d: Demand, R: int, depth: int | None, pools: list[Pool]) -> int:
         """Hold the free part of the best domain for a starving head; returns GPUs held."""
@@ -789,6 +922,9 @@ class _Cycle:
                 pending.append(Pending(job.key, reason, pos, code, nominated))
         usage = {qn: self.book.used(qn) for qn in sorted(self.queues)}
         borrowed = {qn: self.book.borrowed(q) for qn, q in sorted(self.queues.items())}
+        wake = self.starving_at
+        if self.cfg.service.preempts or self.cfg.consolidation.enabled:
+            wake = min(wake, ix.next_service_event(self.now))
         return Decisions(
             admit=tuple(self.admits),
             preempt=tuple(self.preempts),
@@ -796,4 +932,5 @@ class _Cycle:
             pending=tuple(pending),
             queue_usage=usage,
             queue_borrowed=borrowed,
+            wake_at=wake if wake != float("inf") else None,
         )

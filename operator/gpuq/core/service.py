@@ -30,15 +30,16 @@ def level_of(served: float, thresholds: tuple[float, ...]) -> int:
     return bisect.bisect_right(thresholds, served)
 
 
-def service_times(job: Job, rule: ServiceOrdering) -> tuple[float, ...]:
-    """When a running job passes its minimum run and reaches each level (some may be past)."""
+def service_times(job: Job, rule: ServiceOrdering, moves: bool = False) -> tuple[float, ...]:
+    """When a running job passes its minimum run and reaches each level (some may be past). `moves`:
+    consolidation may move jobs past their minimum run, so that time counts even without levels."""
     running = job.running
-    if running is None or not rule.preempts:
+    if running is None or not (rule.preempts or moves):
         return ()
     start = running.started_at
     gpus = len(running.placement) * job.workers.gpus_per_worker
     times = [start + rule.min_run_seconds]
-    if gpus > 0:
+    if gpus > 0 and rule.preempts:
         times.extend(start + (t - job.attained_gpu_seconds) / gpus for t in rule.thresholds_gpu_seconds)
     return tuple(times)
 
