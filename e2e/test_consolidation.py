@@ -13,6 +13,7 @@ import pytest
 import test_operator as shared
 from gpuq.controller.testing import GpuqClient, OperatorProcess
 from gpuq.devcluster.testing import E2ECluster
+from test_constraints import template
 
 pytestmark = pytest.mark.e2e
 
@@ -41,14 +42,7 @@ def on_nodes(nodes: list[str]) -> dict[str, Any]:
     affinity = {
         "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
     }
-    template = {
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "trainer", "image": E2ECluster.IMAGE}],
-            "affinity": affinity,
-        }
-    }
-    return {"workers": {"template": template}}
+    return {"workers": {"template": template(affinity=affinity)}}
 
 
 def node_of(status: dict[str, Any]) -> str:

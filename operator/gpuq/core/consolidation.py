@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from gpuq.core.fit import slots_on
 from gpuq.core.index import OrderKey
-from gpuq.core.model import Job
 from gpuq.core.placement import Placement, Request, place
 from gpuq.core.pools import Pool
 from gpuq.core.preemption import Victim
@@ -46,11 +45,6 @@ class Plan:
     placement: Placement  # the head's, with every move done
     nodes: tuple[int, ...]  # the nodes cleared
     moved: int  # GPUs of the gangs it stops (not counting those already being evicted)
-
-
-def movable(job: Job, gpus_on_node: int, node_gpus: int) -> bool:
-    """A gang worth moving: all its workers on one node that it does not fill."""
-    return job.running is not None and len(set(job.running.placement)) == 1 and 0 < gpus_on_node < node_gpus
 
 
 def search(

@@ -74,14 +74,20 @@ def schedule(
         ix.cycle_memo = None
     else:
         admitted = tuple(a.job for a in decisions.admit)
-        # Running jobs become victims by attained service with time alone: the memo expires then.
-        # So do jobs consolidation may move (past their minimum run).
-        timed = config.service.preempts or config.consolidation.enabled
-        until = ix.next_service_event(now) if timed else float("inf")
+        # Running jobs become victims (or movers) with time alone: the memo expires then.
+        until = _next_running_event(ix, config, now)
         ix.cycle_memo = _Memo(
             ix.changes, ix.takes, admitted, snapshot.queues, now, config, cycle.failed_out, until
         )
     return decisions
+
+
+def _next_running_event(ix: ClusterIndex, config: SchedulerConfig, now: float) -> float:
+    """When a running job next passes its minimum run or an attained-service level, if any rule
+    (attained-service preemption, consolidation) cares; inf otherwise."""
+    if config.service.preempts or config.consolidation.enabled:
+        return ix.next_service_event(now)
+    return float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,7 +563,7 @@ class _Cycle:
                 self._pend(job, model_reason, PendingCode.QUOTA_EXCEEDED)
             else:
                 self._pend(job, qc.reason, qc.code)
-            starving = is_head and self.now - job.created_at >= self.cfg.starvation_seconds
+            starving = is_head and self._stage(job) >= 1
             if starving and self._quota_alone_blocks(job, q, d, R, depth, tiers):
                 return _Outcome.STARVED_ON_QUOTA
             return _Outcome.FAILED
@@ -572,16 +578,15 @@ class _Cycle:
             # Only models the queue's model quota excludes could hold it.
             self._pend(job, capped or model_reason, PendingCode.QUOTA_EXCEEDED)
             return _Outcome.FAILED
-        starving = is_head and self.now - job.created_at >= self.cfg.starvation_seconds
+        stage = self._stage(job) if is_head else 0
         if (
-            is_head
-            and self._stage(job) == 2
+            stage == 2
             and code in CAPACITY_CODES
             and self._consolidate(job, q, G, d, Request(d, R, depth), tiers) is _Outcome.WAITING
         ):
             return _Outcome.WAITING
         if (
-            starving
+            stage >= 1
             and not self.reserved  # one reservation at a time: each one idles GPUs until it fits
             and code in CAPACITY_CODES
         ):
@@ -661,7 +666,7 @@ class _Cycle:
         and the cluster has its GPUs free, in the wrong shape."""
         cfg, st, ix = self.cfg.consolidation, self.st, self.ix
         G = job.workers.total_gpus
-        if not cfg.enabled or st.free_gpus_bound < G:
+        if st.free_gpus_bound < G:  # moves free no GPUs
             return _Outcome.FAILED
         if self.service.level(job) > 0:
             # Attained service puts it behind new work by design: its queue's level-0 jobs would
@@ -736,10 +741,10 @@ class _Cycle:
                 if key in self.unavailable or v.priority > job.priority:
                     continue
                 placed = ix.job_nodes[key]
-                if len(placed) != 1 or key in ix.recovering:
+                if len(placed) != 1:
                     continue
                 n, k = placed[0]
-                if not consolidation.movable(v, ix.demand[key].gpus * k, ix.cap_gpu[n]):
+                if not 0 < ix.demand[key].gpus * k < ix.cap_gpu[n]:  # a gang that fills its node stays
                     continue
                 evicting = key in ix.evicting
                 assert v.running is not None
@@ -922,9 +927,7 @@ class _Cycle:
                 pending.append(Pending(job.key, reason, pos, code, nominated))
         usage = {qn: self.book.used(qn) for qn in sorted(self.queues)}
         borrowed = {qn: self.book.borrowed(q) for qn, q in sorted(self.queues.items())}
-        wake = self.starving_at
-        if self.cfg.service.preempts or self.cfg.consolidation.enabled:
-            wake = min(wake, ix.next_service_event(self.now))
+        wake = min(self.starving_at, _next_running_event(ix, self.cfg, self.now))
         return Decisions(
             admit=tuple(self.admits),
             preempt=tuple(self.preempts),
