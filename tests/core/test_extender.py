@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from gpuq.core.decisions import Admit
 from gpuq.core.extender import MAX_SCORE, extender_view, filter_nodes, fragmentation, prioritize
-from gpuq.core.model import Resources
+from gpuq.core.model import Health, Resources
 
 from .helpers import cluster, job, queue, snap
 
@@ -75,3 +75,26 @@ def test_pending_gang_shapes_steer_the_choice() -> None:
 def test_fragmentation_counts_gpus_no_worker_of_a_shape_can_use() -> None:
     assert fragmentation(8, ((8, 1.0),)) == 0 and fragmentation(7, ((8, 1.0),)) == 7
     assert fragmentation(6, ((4, 0.5), (8, 0.5))) == 0.5 * 2 + 0.5 * 6
+
+
+def test_other_schedulers_pods_bound_between_cycles_count_at_once() -> None:
+    gang = job("ns/gang", replicas=1, gpus=4, on=["n0001"])
+    view = extender_view(snap(NODES, [queue()], [gang]))
+    rack = view.rack["n0000"]
+    assert view.free["n0000"] == 8 and view.rack_free[rack] == 12
+    view.set_others("n0000", 7)  # kube-scheduler bound a 7-GPU pod after the cycle
+    assert view.free["n0000"] == 1 and view.rack_free[rack] == 5
+    assert filter_nodes(view, 2, ["n0000", "n0010"])[0] == ["n0010"]
+    assert dict(prioritize(view, 1, ["n0000", "n0010"]))["n0000"] == MAX_SCORE
+    view.set_others("n0001", 6)  # gpuq's 4 GPUs there still count: nothing left
+    assert view.free["n0001"] == 0 and view.rack_free[rack] == 1
+    view.set_others("n0000", 0)
+    view.set_others("n0001", 0)
+    assert view.free["n0000"] == 8 and view.free["n0001"] == 4 and view.rack_free[rack] == 12
+
+
+def test_an_unschedulable_node_stays_closed_whatever_other_pods_do() -> None:
+    nodes = [replace(NODES[0], health=Health.CORDONED), *NODES[1:]]
+    view = extender_view(snap(nodes, [queue()], []))
+    view.set_others("n0000", 2)
+    assert view.free["n0000"] == 0 and filter_nodes(view, 1, ["n0000"])[0] == []

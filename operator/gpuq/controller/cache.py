@@ -78,6 +78,7 @@ class ClusterCache:
         # last took them (it re-sums other schedulers' usage only there).
         self.pods_by_node: dict[str, set[str]] = {}
         self.touched_nodes: set[str] = set()
+        self._node_sinks: list[set[str]] = []  # more such sets, one per other reader (watch_nodes)
         self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
         self._uid: dict[tuple[str, str], str] = {}
         # uids of deleted objects: the response to our own write can arrive after the DELETED event
@@ -183,8 +184,21 @@ class ClusterCache:
         out, self.touched_nodes = self.touched_nodes, set()
         return out
 
+    def watch_nodes(self) -> set[str]:
+        """A set that from now on collects every node whose bound pods change; the caller drains it."""
+        sink: set[str] = set()
+        self._node_sinks.append(sink)
+        return sink
+
+    def foreign_gpus(self, node: str) -> int:
+        """GPUs of the live pods bound to `node` that no TrainingJob owns (other schedulers' pods)."""
+        pods = (self.pods.get(k) for k in self.pods_by_node.get(node, ()))
+        return sum(p.requests.gpus for p in pods if p is not None and p.job is None and p.live)
+
     def _place(self, key: str, old: str | None, new: str | None) -> None:
         """Keep pods_by_node and touched_nodes for a pod that was on `old` and is now on `new`."""
+        for sink in self._node_sinks:
+            sink.update(n for n in (old, new) if n is not None)
         if old is not None:
             self.touched_nodes.add(old)
             on = self.pods_by_node.get(old)

@@ -102,20 +102,30 @@ class SchedulingLoop:
         self.quarantine = Quarantine()
         self._extender_inputs: tuple[Snapshot, tuple[Admit, ...]] | None = None
         self._extender_view: ExtenderView | None = None
+        self._extender_nodes = cache.watch_nodes() if config.extender_enabled else set()
         self.preemption_log = PreemptionLog()
         self._last_cycle_s = 0.0
 
     @property
     def extender_view(self) -> ExtenderView | None:
         """What the scheduler extender answers from: the last cycle's snapshot and admissions, built
-        when kube-scheduler first asks after that cycle (a cluster without the extender pays nothing)."""
-        if self._extender_view is None and self._extender_inputs is not None:
+        when kube-scheduler first asks after that cycle (a cluster without the extender pays nothing),
+        with other schedulers' pods as the watch reports them now: kube-scheduler binds many between
+        two cycles, and each answer must see the ones bound before it."""
+        if self._extender_inputs is None:
+            return None
+        view = self._extender_view
+        touched, cache = self._extender_nodes, self.cache
+        if view is None:
             snapshot, admitting = self._extender_inputs
-            bound = (
-                (p.job, p.node_name) for p in self.cache.pods.values() if p.job and p.node_name and p.live
-            )
-            self._extender_view = extender_view(snapshot, bound, admitting)
-        return self._extender_view
+            bound = ((p.job, p.node_name) for p in cache.pods.values() if p.job and p.node_name and p.live)
+            others = {n: g for n in cache.pods_by_node if (g := cache.foreign_gpus(n))}
+            touched.clear()
+            view = self._extender_view = extender_view(snapshot, bound, admitting, others)
+        while touched:
+            node = touched.pop()
+            view.set_others(node, cache.foreign_gpus(node))
+        return view
 
     def restore(self) -> None:
         """A new leadership term: pick up preemptions in progress from the victims' status, and each

@@ -14,11 +14,15 @@ its workers (free mod GPUs-per-worker); a small pod goes where it raises the exp
 the likely shapes least (the shapes of pending gangs, weighted by their GPUs, plus whole nodes), then
 where it leaves the fewest free GPUs on the node (best fit), then in the rack with the fewest free GPUs.
 Scores are 0-10 (kube-scheduler's MaxExtenderPriority), by rank among the candidate nodes.
+
+gpuq's part of the view changes once per scheduling cycle, but other schedulers' pods bind between
+cycles (kube-scheduler places a burst of 200 pods in seconds): `set_others` updates one node's usage
+by them as the watch reports it, so each answer sees the pods placed just before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuq.core.constraints import is_schedulable
@@ -28,9 +32,10 @@ from gpuq.core.model import Snapshot
 MAX_SCORE = 10
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExtenderView:
-    """What the extender answers from, rebuilt each scheduling cycle."""
+    """What the extender answers from: rebuilt each scheduling cycle, other schedulers' usage kept
+    current in between (`set_others`)."""
 
     capacity: dict[str, int] = field(default_factory=dict)  # node -> allocatable GPUs
     free: dict[str, int] = field(default_factory=dict)  # node -> GPUs left for pods of other schedulers
@@ -39,24 +44,47 @@ class ExtenderView:
     rack: dict[str, str] = field(default_factory=dict)  # node -> its innermost non-node domain
     rack_free: dict[str, int] = field(default_factory=dict)  # rack -> free GPUs in it
     shapes: tuple[tuple[int, float], ...] = ()  # (GPUs per worker, weight), weights summing to 1
+    held: dict[str, int] = field(default_factory=dict)  # node -> GPUs gpuq's placements claim there
+    others: dict[str, int] = field(default_factory=dict)  # node -> GPUs other pods use there
+    unusable: frozenset[str] = frozenset()  # nodes no pod should go to (not ready, cordoned)
+
+    def set_others(self, node: str, gpus: int) -> None:
+        """Other pods now use `gpus` GPUs on `node` (a pod of another scheduler bound or left)."""
+        if node not in self.capacity or self.others.get(node, 0) == gpus:
+            return
+        self.others[node] = gpus
+        before = self.free[node]
+        self.free[node] = _free(self.capacity[node], gpus, self.held.get(node, 0), node not in self.unusable)
+        self.rack_free[self.rack[node]] += self.free[node] - before
+
+
+def _free(capacity: int, others: int, held: int, usable: bool) -> int:
+    return max(0, capacity - others - held) if usable else 0
 
 
 def extender_view(
-    snapshot: Snapshot, bound: Iterable[tuple[str, str]] = (), admitting: Iterable[Admit] = ()
+    snapshot: Snapshot,
+    bound: Iterable[tuple[str, str]] = (),
+    admitting: Iterable[Admit] = (),
+    others: Mapping[str, int] | None = None,
 ) -> ExtenderView:
     """`bound`: (job key, node) of each gpuq worker pod already bound (kube-scheduler counts those
     itself); the rest of each placement is reserved. `admitting`: the admissions of the cycle that
-    built the snapshot (reserved at once, before any status or pod shows them)."""
+    built the snapshot (reserved at once, before any status or pod shows them). `others`: GPUs other
+    pods use per node, when fresher than the snapshot's."""
     bound_ranks: dict[tuple[str, str], int] = {}
     for key, node in bound:
         bound_ranks[(key, node)] = bound_ranks.get((key, node), 0) + 1
     capacity: dict[str, int] = {}
-    free: dict[str, int] = {}
+    used: dict[str, int] = {}
+    held: dict[str, int] = {}
     rack: dict[str, str] = {}
+    unusable: set[str] = set()
     for nd in snapshot.nodes:
-        usable = is_schedulable(nd)
+        if not is_schedulable(nd):
+            unusable.add(nd.name)
         capacity[nd.name] = nd.allocatable.gpus
-        free[nd.name] = max(0, nd.allocatable.gpus - nd.used_by_others.gpus) if usable else 0
+        used[nd.name] = nd.used_by_others.gpus if others is None else others.get(nd.name, 0)
         rack[nd.name] = "/".join(nd.path[:-1])
     reserved: dict[str, str] = {}
     draining: dict[str, str] = {}
@@ -71,9 +99,9 @@ def extender_view(
         for node in job.running.placement:
             per_node[node] = per_node.get(node, 0) + 1
         for node, ranks in per_node.items():
-            if node not in free:
+            if node not in capacity:
                 continue
-            free[node] = max(0, free[node] - ranks * g)
+            held[node] = held.get(node, 0) + ranks * g
             if job.evicting:
                 draining[node] = f"gpuq is freeing it: {job.key} is being preempted"
             elif ranks > bound_ranks.get((job.key, node), 0):
@@ -86,9 +114,10 @@ def extender_view(
         g = admitted.workers.gpus_per_worker
         pending[g] = max(0.0, pending.get(g, 0.0) - g * admitted.workers.replicas)
         for node in a.placement:
-            if node in free:
-                free[node] = max(0, free[node] - g)
+            if node in capacity:
+                held[node] = held.get(node, 0) + g
                 reserved[node] = f"GPUs reserved for gang {a.job} (being admitted)"
+    free = {n: _free(c, used[n], held.get(n, 0), n not in unusable) for n, c in capacity.items()}
     rack_free: dict[str, int] = {}
     for node, f in free.items():
         rack_free[rack[node]] = rack_free.get(rack[node], 0) + f
@@ -97,7 +126,9 @@ def extender_view(
         pending[largest] = pending.get(largest, 0.0) + largest  # whole nodes are always worth keeping
     total = sum(pending.values()) or 1.0
     shapes = tuple(sorted((g, w / total) for g, w in pending.items() if w > 0))
-    return ExtenderView(capacity, free, reserved, draining, rack, rack_free, shapes)
+    return ExtenderView(
+        capacity, free, reserved, draining, rack, rack_free, shapes, held, used, frozenset(unusable)
+    )
 
 
 def filter_nodes(view: ExtenderView, gpus: int, names: Sequence[str]) -> tuple[list[str], dict[str, str]]:
