@@ -55,3 +55,13 @@ async def test_a_new_cycle_starts_from_the_pods_bound_now() -> None:
     loop.cache.upsert_pod(inference("serve-1", "n1", 4))  # after the cycle, before the view is built
     view = loop.extender_view
     assert view is not None and view.free == {"n0": 8, "n1": 2}
+
+
+async def test_a_lingering_worker_of_a_job_gpuq_no_longer_holds_still_takes_gpus() -> None:
+    """kube-scheduler counts it too, but not gpuq's unbound reservations: the view must count both."""
+    loop = loop_on(["n0", "n1"])
+    loop.cycle()
+    assert loop.extender_view is not None
+    loop.cache.upsert_pod(b.pod("gone-1-0", ns="web", node_name="n1", job_name="gone", gpus=4))
+    view = loop.extender_view
+    assert view is not None and view.free == {"n0": 8, "n1": 4}

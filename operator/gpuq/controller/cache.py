@@ -77,8 +77,8 @@ class ClusterCache:
         # Bound pods per node, and the nodes whose bound pods changed since the snapshot builder
         # last took them (it re-sums other schedulers' usage only there).
         self.pods_by_node: dict[str, set[str]] = {}
-        self.touched_nodes: set[str] = set()
-        self._node_sinks: list[set[str]] = []  # more such sets, one per other reader (watch_nodes)
+        self._node_sinks: list[set[str]] = []  # one set per reader of touched nodes (watch_nodes)
+        self.touched_nodes: set[str] = self.watch_nodes()
         self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
         self._uid: dict[tuple[str, str], str] = {}
         # uids of deleted objects: the response to our own write can arrive after the DELETED event
@@ -181,7 +181,8 @@ class ClusterCache:
             self._changed()
 
     def take_touched_nodes(self) -> set[str]:
-        out, self.touched_nodes = self.touched_nodes, set()
+        out = set(self.touched_nodes)
+        self.touched_nodes.clear()
         return out
 
     def watch_nodes(self) -> set[str]:
@@ -190,24 +191,17 @@ class ClusterCache:
         self._node_sinks.append(sink)
         return sink
 
-    def foreign_gpus(self, node: str) -> int:
-        """GPUs of the live pods bound to `node` that no TrainingJob owns (other schedulers' pods)."""
-        pods = (self.pods.get(k) for k in self.pods_by_node.get(node, ()))
-        return sum(p.requests.gpus for p in pods if p is not None and p.job is None and p.live)
-
     def _place(self, key: str, old: str | None, new: str | None) -> None:
-        """Keep pods_by_node and touched_nodes for a pod that was on `old` and is now on `new`."""
+        """Keep pods_by_node and the watch_nodes sets for a pod that was on `old` and is now on `new`."""
         for sink in self._node_sinks:
             sink.update(n for n in (old, new) if n is not None)
         if old is not None:
-            self.touched_nodes.add(old)
             on = self.pods_by_node.get(old)
             if on is not None and old != new:
                 on.discard(key)
                 if not on:
                     del self.pods_by_node[old]
         if new is not None:
-            self.touched_nodes.add(new)
             self.pods_by_node.setdefault(new, set()).add(key)
 
     def take_touched(self) -> set[str]:

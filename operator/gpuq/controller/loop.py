@@ -103,6 +103,7 @@ class SchedulingLoop:
         self._extender_inputs: tuple[Snapshot, tuple[Admit, ...]] | None = None
         self._extender_view: ExtenderView | None = None
         self._extender_nodes = cache.watch_nodes() if config.extender_enabled else set()
+        self._foreign_gpus: Callable[[str], int] = lambda node: 0  # the view's rule, set with it
         self.preemption_log = PreemptionLog()
         self._last_cycle_s = 0.0
 
@@ -114,17 +115,17 @@ class SchedulingLoop:
         two cycles, and each answer must see the ones bound before it."""
         if self._extender_inputs is None:
             return None
-        view = self._extender_view
-        touched, cache = self._extender_nodes, self.cache
+        view, touched, cache = self._extender_view, self._extender_nodes, self.cache
         if view is None:
             snapshot, admitting = self._extender_inputs
             bound = ((p.job, p.node_name) for p in cache.pods.values() if p.job and p.node_name and p.live)
-            others = {n: g for n in cache.pods_by_node if (g := cache.foreign_gpus(n))}
+            self._foreign_gpus = self.builder.foreign_gpus(cache)
+            others = {n: g for n in cache.pods_by_node if (g := self._foreign_gpus(n))}
             touched.clear()
             view = self._extender_view = extender_view(snapshot, bound, admitting, others)
         while touched:
             node = touched.pop()
-            view.set_others(node, cache.foreign_gpus(node))
+            view.set_others(node, self._foreign_gpus(node))
         return view
 
     def restore(self) -> None:

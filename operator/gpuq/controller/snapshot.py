@@ -8,7 +8,7 @@ restart back-off expiring) so the loop can sleep until then instead of polling.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -479,7 +479,7 @@ class SnapshotBuilder:
     def _others_by_node(self, cache: ClusterCache, held: Mapping[str, Holding]) -> dict[str, Resources]:
         """Other pods' usage per node, re-summed only on nodes whose bound pods changed or that hold
         pods of a job whose placement changed (which decides whether its pods count as ours)."""
-        ours = {(cache.jobs[key].uid, h.attempt) for key, h in held.items()}
+        ours = _ours(cache, held)
         dirty = cache.take_touched_nodes()
         if self._others is None:
             self._others, dirty = {}, set(cache.pods_by_node)
@@ -495,6 +495,14 @@ class SnapshotBuilder:
             else:
                 self._others[node] = usage
         return self._others
+
+    def foreign_gpus(self, cache: ClusterCache) -> Callable[[str], int]:
+        """Other pods' GPUs on a node as the cache holds them now, by the rule the last snapshot
+        summed them with (pods of the placements it held are gpuq's; see `_foreign_usage`). Pods of
+        a gang admitted since count twice, as reserved and as other pods, until the next snapshot:
+        the safe side, and their bindings wake that cycle."""
+        ours = _ours(cache, self._held)
+        return lambda node: _foreign_usage(cache, cache.pods_by_node.get(node, ()), ours).gpus
 
     def _nodes(
         self, cache: ClusterCache, now: float, config: SchedulerConfig, held: Mapping[str, Holding]
@@ -541,6 +549,11 @@ class SnapshotBuilder:
                 )
             )
         return nodes, wake
+
+
+def _ours(cache: ClusterCache, held: Mapping[str, Holding]) -> set[tuple[str, int]]:
+    """(job uid, attempt) of each held placement: the pods gpuq counts through the placement."""
+    return {(cache.jobs[key].uid, h.attempt) for key, h in held.items() if key in cache.jobs}
 
 
 def _foreign_usage(cache: ClusterCache, pods: Iterable[str], ours: set[tuple[str, int]]) -> Resources:
