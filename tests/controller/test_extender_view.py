@@ -65,3 +65,12 @@ async def test_a_lingering_worker_of_a_job_gpuq_no_longer_holds_still_takes_gpus
     loop.cache.upsert_pod(b.pod("gone-1-0", ns="web", node_name="n1", job_name="gone", gpus=4))
     view = loop.extender_view
     assert view is not None and view.free == {"n0": 8, "n1": 4}
+
+
+async def test_a_closed_loop_no_longer_collects_touched_nodes() -> None:
+    """The cache outlives leadership terms; each term's loop must not leave a set filling forever."""
+    loop = loop_on(["n0"])
+    loop.close()
+    loop.cache.upsert_pod(inference("serve-0", "n0", 1))
+    assert loop._extender_nodes == set()
+    assert loop.cache.take_touched_nodes() == {"n0"}  # the snapshot builder's set still fills

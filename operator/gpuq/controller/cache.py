@@ -191,6 +191,10 @@ class ClusterCache:
         self._node_sinks.append(sink)
         return sink
 
+    def unwatch_nodes(self, sink: set[str]) -> None:
+        """Stop filling a set watch_nodes returned (its reader is gone: a leadership term ended)."""
+        self._node_sinks = [s for s in self._node_sinks if s is not sink]
+
     def _place(self, key: str, old: str | None, new: str | None) -> None:
         """Keep pods_by_node and the watch_nodes sets for a pod that was on `old` and is now on `new`."""
         for sink in self._node_sinks:

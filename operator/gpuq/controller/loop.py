@@ -128,6 +128,10 @@ class SchedulingLoop:
             view.set_others(node, self._foreign_gpus(node))
         return view
 
+    def close(self) -> None:
+        """The term is over: the cache stops collecting touched nodes for this loop's extender."""
+        self.cache.unwatch_nodes(self._extender_nodes)
+
     def restore(self) -> None:
         """A new leadership term: pick up preemptions in progress from the victims' status, and each
         queue's recent preemptions (maxPreemptionsPerHour) from the queues' status."""

@@ -143,6 +143,7 @@ class Term:
 
     def stop_scheduling(self) -> None:
         self.cache.on_change = lambda: None
+        self.loop.close()
         if self.task is not None:
             self.task.cancel()
         if self.extender is not None:
