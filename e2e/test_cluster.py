@@ -144,8 +144,7 @@ def test_failed_node_turns_not_ready_and_recovers(cluster: E2ECluster) -> None:
 
 
 def test_pod_with_sim_duration_succeeds(cluster: E2ECluster, namespace: str) -> None:
-    if not cluster.simulated_pods:
-        pytest.skip("pod completion by annotation needs simulated (kwok) nodes")
+    cluster.require_simulated_pods("pod completion by annotation")
     cluster.core.create_namespaced_pod(namespace, gpu_pod("short-job", 1, {SIM_DURATION: "2s"}))
     running = wait_for(lambda: pod_phase_is(cluster, namespace, "short-job", "Running"), 60, "pod Running")
     assert running.status.container_statuses[0].state.running
@@ -156,8 +155,7 @@ def test_pod_with_sim_duration_succeeds(cluster: E2ECluster, namespace: str) -> 
 
 
 def test_pod_with_sim_fail_after_fails_with_its_exit_code(cluster: E2ECluster, namespace: str) -> None:
-    if not cluster.simulated_pods:
-        pytest.skip("pod failure by annotation needs simulated (kwok) nodes")
+    cluster.require_simulated_pods("pod failure by annotation")
     annotations = {
         SIM_FAIL_AFTER: "1s",
         SIM_EXIT_CODE: "137",

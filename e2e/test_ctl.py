@@ -174,6 +174,7 @@ def test_explain_a_gang_backing_off_after_repeated_failures(
     is long enough to ask explain while it lasts."""
     from gpuq.devcluster import SIM_FAIL_AFTER
 
+    cluster.require_simulated_pods("a worker that fails on cue")
     q = queue(cluster.gpus_per_node)
     gpuq.submit(ns, "crashy", q, 1, cluster.gpus_per_node, maxRestarts=10, annotations={SIM_FAIL_AFTER: "1s"})
     gpuq.wait_status(

@@ -91,6 +91,7 @@ def assert_one_admission_per_attempt(gpuq: GpuqClient, ns: str, jobs: list[str])
 def test_two_replicas_schedule_as_one_and_hand_over(
     cluster: E2ECluster, gpuq: GpuqClient, pair: Pair, ns: str, queue: shared.Callable[..., str]
 ) -> None:
+    cluster.require_simulated_pods("jobs that finish")
     q = queue(len(cluster.node_names) * cluster.gpus_per_node)
     g = cluster.gpus_per_node
     first = pair.leader()

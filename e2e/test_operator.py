@@ -139,8 +139,9 @@ def labels_of(cluster: E2ECluster) -> dict[str, dict[str, str]]:
 
 
 def test_quota_admission_order_and_waiting_position(
-    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
 ) -> None:
+    cluster.require_simulated_pods("a job that finishes on time")
     q = queue(16, preemption={"withinQueue": "Never"})
     # Long enough to outlast the operator's position refresh interval (5 s) with room to spare.
     gpuq.submit(ns, "first", q, 2, 8, annotations={SIM_DURATION: "20s"})
@@ -275,8 +276,9 @@ def test_priority_preemption_with_checkpoint_request(
 
 
 def test_completion_releases_quota_and_cleans_up(
-    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
 ) -> None:
+    cluster.require_simulated_pods("a job that finishes")
     q = queue(16)
     gpuq.submit(ns, "short", q, 2, 8, annotations={SIM_DURATION: "2s"})
     st = phase(gpuq, operator, ns, "short", "Succeeded", timeout=60)
@@ -289,8 +291,9 @@ def test_completion_releases_quota_and_cleans_up(
 
 
 def test_failed_worker_restarts_the_gang_then_fails(
-    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
 ) -> None:
+    cluster.require_simulated_pods("a worker that fails on cue")
     from gpuq.devcluster import SIM_FAIL_AFTER
 
     q = queue(16)

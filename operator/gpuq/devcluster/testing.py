@@ -110,6 +110,16 @@ class E2ECluster:
     def node_ready(self, name: str) -> bool:
         return node_is_ready(self.core.read_node(name))
 
+    def require_simulated_pods(self, what: str) -> None:
+        """Skip the calling test unless pods follow the gpuq.dev/sim-* annotations: on a foreign
+        cluster a pod told to finish after 2 s runs forever, and the test would time out, not fail."""
+        if not self.simulated_pods:
+            import pytest  # only tests call this; the library does not depend on pytest
+
+            pytest.skip(
+                f"{what} needs simulated pods (gpuq.dev/sim-*); backend {self.backend!r} runs real ones"
+            )
+
     @property
     def can_fail_nodes(self) -> bool:
         return self._fail is not None
