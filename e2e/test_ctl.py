@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import test_operator as shared
 from gpuq.controller.testing import GpuqClient, OperatorProcess
@@ -65,6 +66,7 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
     strict = queue(g, queueingStrategy="StrictFIFO")
     held = queue(g, stopPolicy="Hold")
     big = queue(nodes * g * 2)
+    locked = queue(g, namespaceSelector={"matchLabels": {"team": "nobody"}})
     # Two whole nodes busy, then every other node but one GPU: 1 free GPU on each of nodes - 2 nodes.
     gpuq.submit(ns, "fill-a", qa, 1, g)
     gpuq.submit(ns, "fill-peer", peer, 1, g)
@@ -91,10 +93,16 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
         "frag": ("Fragmented", dict(queue=big, replicas=1, gpus=2)),
         "short": ("InsufficientCapacity", dict(queue=big, replicas=2, gpus=g)),
         "urgent": ("WaitingForPreemption", dict(queue=big, replicas=1, gpus=g, priority=10)),
+        "outsider": ("NamespaceNotAllowed", dict(queue=locked, replicas=1, gpus=1)),
+        "badlevel": ("UnknownTopologyLevel", dict(queue=big, replicas=1, gpus=1, topology={"level": "pod"})),
     }  # fmt: skip
     for name, (_, spec) in expected.items():
         spec = dict(spec)
         gpuq.submit(ns, name, spec.pop("queue"), spec.pop("replicas"), spec.pop("gpus"), **spec)
+    no_containers = gpuq.job_body("notemplate", big, 1, 1)
+    no_containers["spec"]["workers"]["template"] = {"spec": {"containers": []}}
+    gpuq.create_job(ns, no_containers)
+    expected["notemplate"] = ("InvalidPodTemplate", {})
     for name, (code, _) in expected.items():
         wait_for(
             lambda n=name, c=code: reason_is(gpuq, ns, n, c),
@@ -110,6 +118,10 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
     assert explain(cluster, ns, "held")["sections"]["What would unblock it"] == [
         f"release the queue: gpuq queue release {held}"
     ]
+    assert explain(cluster, ns, "outsider")["sections"]["What would unblock it"] == [
+        f"label namespace {ns} to match the namespaceSelector of GPUQueue {locked}, "
+        "or submit to another queue"
+    ]
     running = explain(cluster, ns, "fill-a")
     assert running["phase"] == "Running" and len(running["nodes"]) == 1
 
@@ -118,6 +130,17 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
     queues = json.loads(plugin(cluster, "queues", "-o", "json").stdout)
     row = next(q for q in queues if q["name"] == held)
     assert row["stopPolicy"] == "Hold" and row["pending"] == 1
+    # The other output formats carry the same answers.
+    wide = plugin(cluster, "jobs", "-n", ns, "-o", "wide").stdout.splitlines()
+    assert wide[0].split()[-4:] == ["PRIORITY", "ATTEMPT", "NODES", "MESSAGE"]
+    assert any(line.split()[1] == "urgent" and "WaitingForPreemption" in line for line in wide[1:])
+    jobs_yaml = yaml.safe_load(plugin(cluster, "jobs", "-n", ns, "-o", "yaml").stdout)
+    assert {r["name"]: r["reason"] for r in jobs_yaml}["frag"] == "Fragmented"
+    queues_wide = plugin(cluster, "queues", "-o", "wide").stdout.splitlines()
+    assert queues_wide[0].split()[-3:] == ["WEIGHT", "BORROW-LIMIT", "ERROR"]
+    assert any(line.split()[0] == held and " Hold " in f"{line} " for line in queues_wide[1:])
+    held_yaml = yaml.safe_load(plugin(cluster, "explain", f"{ns}/held", "-o", "yaml").stdout)
+    assert held_yaml["reason"] == "Held" and held_yaml == explain(cluster, ns, "held")
 
 
 def test_stop_resume_hold_drain_release(

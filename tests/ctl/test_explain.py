@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuq.controller.bodies import T0, gang_pods, job, node, placed_status, queue
+from gpuq.controller.bodies import T0, gang_pods, job, namespace, node, placed_status, queue
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import PendingCode
 from gpuq.ctl.explain import explain
@@ -160,3 +160,53 @@ def test_reclaim_explains_which_peer_borrows_and_why_it_is_not_taken() -> None:
         "reclaim: a (+8) borrow, but reclaimWithinCohort LowerPriority takes only jobs below its "
         "priority 0 (theirs: 50 and up)"
     )
+
+
+def test_each_blocked_reason_says_what_to_fix() -> None:
+    """Jobs the scheduler never sees (condition Blocked): explain gives the operator's code and the one
+    change that unblocks each."""
+    bad_template = job("notemplate", replicas=1)
+    bad_template["spec"]["workers"]["template"] = {"spec": {"containers": []}}
+    unparsable = job("garbled", replicas=1)
+    unparsable["spec"]["workers"]["replicas"] = "two"  # what a schema-less (older) CRD would let through
+    s = state(
+        queue("q", nominal=64),
+        queue("locked", nominal=64, namespaceSelector={"matchLabels": {"team": "b"}}),
+        queue("broken", nominal=-1),
+        namespace("team-a", team="a"),
+        job("outsider", queue_name="locked", replicas=1),
+        job("badlevel", replicas=1, topology={"level": "pod", "mode": "Required"}),
+        job("orphan", queue_name="broken", replicas=1),
+        bad_template,
+        unparsable,
+    )
+    expected = {
+        "outsider": (
+            "NamespaceNotAllowed",
+            "label namespace team-a to match the namespaceSelector of GPUQueue locked, or submit to another "
+            "queue",
+        ),
+        "badlevel": (
+            "UnknownTopologyLevel",
+            "spec.topology.level set to a level the cluster has: zone, block, rack, node",
+        ),
+        "orphan": ("QueueInvalid", "fix GPUQueue broken (kubectl edit gpuqueue broken)"),
+        "notemplate": (
+            "InvalidPodTemplate", "fix spec.workers.template (kubectl edit trainingjob -n team-a notemplate)"
+        ),
+        "garbled": ("Invalid", "fix its spec (kubectl edit trainingjob -n team-a garbled)"),
+    }  # fmt: skip
+    for name, (code, fix) in expected.items():
+        ex = explain(s, f"team-a/{name}")
+        assert (ex.code, section(ex, "What would unblock it")) == (code, [fix]), name
+    assert "workers.replicas" in explain(s, "team-a/garbled").summary
+    assert "nominalGPUs" in explain(s, "team-a/orphan").summary
+
+
+def test_cycle_limit_is_explained_and_lifting_it_admits_the_job() -> None:
+    bodies = [queue("q", nominal=64), job("one", replicas=1), job("two", replicas=1)]
+    limited = State.of([*NODES, *bodies], SchedulerConfig(max_admissions_per_cycle=1), NOW)
+    ex = explain(limited, "team-a/two")
+    assert ex.code == PendingCode.CYCLE_LIMIT and limited.admitted_next("team-a/one")
+    assert section(ex, "What would unblock it"), ex.sections
+    assert State.of([*NODES, *bodies], SchedulerConfig(), NOW).admitted_next("team-a/two")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import urllib3
@@ -27,14 +28,19 @@ class CtlError(Exception):
 
 class Client:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        cfg = k8s.Configuration()
         try:
-            self.api = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=cfg
             )
         except (k8s_config.ConfigException, OSError) as exc:
             raise CtlError(f"no usable kubeconfig ({exc}); set KUBECONFIG or pass --kubeconfig", 2) from None
-        self.api.configuration.retries = 1  # a missing cluster should fail fast, not after minutes
-        self.server = self.api.configuration.host
+        # A missing cluster should fail fast and in one line: no retries (the pool reads this when it
+        # is built), and no urllib3 "Retrying ..." warnings on stderr.
+        cfg.retries = 0
+        logging.getLogger("urllib3").setLevel(logging.ERROR)
+        self.api: Any = k8s.ApiClient(cfg)  # the client library is untyped
+        self.server = cfg.host
 
     def _get(self, path: str) -> Any:
         return self._call("GET", path)

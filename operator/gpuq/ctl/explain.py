@@ -68,7 +68,7 @@ def _waiting(state: State, entry: JobEntry) -> Explanation:
     excluded = state.view.excluded.get(key)
     if excluded is not None:
         ex = Explanation(key, str(entry.status.phase or Phase.QUEUED), excluded.reason, excluded.message)
-        ex.add("What would unblock it", [_unblock_excluded(entry, excluded.reason)])
+        ex.add("What would unblock it", [_unblock_excluded(state, entry, excluded.reason)])
         return ex
     job = state.core_job(key)
     pending = state.pending(key)
@@ -203,15 +203,27 @@ def _topology_lines(state: State, job: Job) -> list[str]:
 # ---- what would unblock it ---------------------------------------------------------------------------
 
 
-def _unblock_excluded(entry: JobEntry, reason: str) -> str:
+def _unblock_excluded(state: State, entry: JobEntry, reason: str) -> str:
     spec = entry.spec
     if reason == SUSPENDED:
         return f"resume it: gpuq resume {entry.key}"
-    if reason == "QueueNotFound" and spec is not None:
-        return f"create GPUQueue {spec.queue} (kubectl apply a GPUQueue named {spec.queue})"
     if reason == PendingCode.EXCEEDS_CAPACITY:
         return "more GPUs (nodes) than the cluster has, or a smaller gang"
-    return "fix what the message names (the spec or its queue); the operator retries on every change"
+    if spec is None:  # Invalid: the spec itself did not parse; the message says where
+        return f"fix its spec (kubectl edit trainingjob -n {entry.namespace} {entry.name})"
+    what_to_do = {
+        "QueueNotFound": f"create GPUQueue {spec.queue} (kubectl apply a GPUQueue named {spec.queue})",
+        "QueueInvalid": f"fix GPUQueue {spec.queue} (kubectl edit gpuqueue {spec.queue})",
+        "NamespaceNotAllowed": f"label namespace {entry.namespace} to match the namespaceSelector of "
+        f"GPUQueue {spec.queue}, or submit to another queue",
+        "UnknownTopologyLevel": "spec.topology.level set to a level the cluster has: "
+        + ", ".join(state.view.snapshot.topology.levels),
+        "InvalidPodTemplate": f"fix spec.workers.template (kubectl edit trainingjob -n {entry.namespace} "
+        f"{entry.name})",
+    }
+    return what_to_do.get(
+        reason, "fix what the message names (the spec or its queue); the operator retries on every change"
+    )
 
 
 def _unblock(state: State, book: QuotaBook, job: Job, q: Queue, code: str, gpus: int) -> list[str]:
