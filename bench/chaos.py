@@ -3,7 +3,8 @@ scenario, with the invariants of gpuq.chaos.invariants checked twice a second; a
 times (SIGKILL and graceful stop of the leader, default lease timings 15/10/2 s).
 
 Takeover = from the signal to the Lease naming a new, live holder (polled every 20 ms). After a
-SIGKILL the standby waits for the lease to expire (<= lease duration after the last renewal); after a
+SIGKILL the standby waits for the lease to expire (lease duration after it saw the last renewal, plus
+the latency of that watch event and of its Lease write); after a
 SIGTERM the leader releases it on its way out.
 
 Reproduce: .venv/bin/python bench/chaos.py [--jobs 500] [--only kill-2,stop-2] [--kills 20]

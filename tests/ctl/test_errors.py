@@ -1,6 +1,7 @@
-"""The CLI's failures read as one line with an exit code, never a traceback: a cluster that does not
-answer, and a cluster without gpuq's CRDs (a stand-in API server that knows no gpuq.dev group, as a
-real one answers 404 for an unknown group)."""
+"""The CLI's failures read as one line with an exit code, never a traceback, and come at once: a
+cluster that does not answer or hangs up (tried once, not retried), and a cluster without gpuq's
+CRDs (a stand-in API server that knows no gpuq.dev group, as a real one answers 404 for an unknown
+group)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,28 @@ def closed_port() -> int:
         return int(s.getsockname()[1])  # closed again when the socket is
 
 
+@pytest.fixture
+def hangs_up() -> Iterator[tuple[str, list[int]]]:
+    """A server that accepts each connection and closes it unanswered; counts the connections."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+
+
 @pytest.mark.parametrize("args", [["queues"], ["jobs"], ["explain", "ns/job"], ["queues", "-o", "yaml"]])
 def test_a_cluster_without_the_crds(tmp_path: Path, crdless: str, args: list[str]) -> None:
     out = gpuq(kubeconfig(tmp_path, crdless), *args)
@@ -90,3 +113,11 @@ def test_a_cluster_that_does_not_answer(tmp_path: Path) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.startswith(f"gpuq jobs: cannot reach the API server at {server}: ")
     assert out.stderr.count("\n") == 1
+
+
+def test_a_server_that_hangs_up_is_tried_once(tmp_path: Path, hangs_up: tuple[str, list[int]]) -> None:
+    server, accepted = hangs_up
+    out = gpuq(kubeconfig(tmp_path, server), "queues")
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith(f"gpuq queues: cannot reach the API server at {server}: ")
+    assert out.stderr.count("\n") == 1 and len(accepted) == 1, (out.stderr, len(accepted))

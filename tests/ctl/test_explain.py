@@ -208,5 +208,7 @@ def test_cycle_limit_is_explained_and_lifting_it_admits_the_job() -> None:
     limited = State.of([*NODES, *bodies], SchedulerConfig(max_admissions_per_cycle=1), NOW)
     ex = explain(limited, "team-a/two")
     assert ex.code == PendingCode.CYCLE_LIMIT and limited.admitted_next("team-a/one")
-    assert section(ex, "What would unblock it"), ex.sections
+    assert section(ex, "What would unblock it") == [
+        "nothing: it is tried again next cycle (maxAdmissionsPerCycle 1 was reached)"
+    ]
     assert State.of([*NODES, *bodies], SchedulerConfig(), NOW).admitted_next("team-a/two")

@@ -10,7 +10,8 @@ The rules are client-go's (tools/leaderelection), with the fence made explicit:
   wait `lease_duration` after *seeing* that renewal, so the old leader stops writing at least
   lease_duration - renew_deadline (5 s by default) before anyone else can start.
 - Standbys watch the Lease (and re-read it every retry period), so a takeover happens when the
-  lease really expires, not up to a poll later: <= lease_duration after the leader's last renewal.
+  lease really expires, not up to a poll later: lease_duration after the standby saw the leader's
+  last renewal, plus the latency of that watch event and of its own Lease write.
 - A graceful stop releases the lease (empty holder, duration 1 s): a standby takes over at once.
 
 Why not a library: kubernetes' leaderelection package is thread-based on the synchronous client,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 import urllib3
@@ -36,9 +35,8 @@ class Client:
         except (k8s_config.ConfigException, OSError) as exc:
             raise CtlError(f"no usable kubeconfig ({exc}); set KUBECONFIG or pass --kubeconfig", 2) from None
         # A missing cluster should fail fast and in one line: no retries (the pool reads this when it
-        # is built), and no urllib3 "Retrying ..." warnings on stderr.
+        # is built; with retries, urllib3 also prints a "Retrying ..." warning for each).
         cfg.retries = 0
-        logging.getLogger("urllib3").setLevel(logging.ERROR)
         self.api: Any = k8s.ApiClient(cfg)  # the client library is untyped
         self.server = cfg.host
 

@@ -264,7 +264,10 @@ def _unblock(state: State, book: QuotaBook, job: Job, q: Queue, code: str, gpus:
         return [f"time: its restart back-off ends in {max(job.not_before - state.now, 0):.0f}s"]
     if code in NEVER_CODES:
         return ["nodes that match it (or a spec it can fit): no finishing job helps"]
-    if code in CAPACITY_CODES or code == PendingCode.CYCLE_LIMIT:
+    if code == PendingCode.CYCLE_LIMIT:
+        limit = state.config.max_admissions_per_cycle
+        return [f"nothing: it is tried again next cycle (maxAdmissionsPerCycle {limit} was reached)"]
+    if code in CAPACITY_CODES:
         return _capacity_what_if(state, job)
     return []
 
