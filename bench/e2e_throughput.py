@@ -11,8 +11,13 @@ same pool of client threads as the TrainingJobs:
   raw        the pool creates pods with no scheduler and POSTs pods/binding itself: the API
              server's ceiling for create+bind at that concurrency
   scheduler  the pool creates plain pods for the default kube-scheduler (no gangs)
+  jobs       the pool creates one Indexed batch/v1 Job per TrainingJob (parallelism = completions =
+             its workers): kube-controller-manager's Job controller creates the pods and
+             kube-scheduler binds them, as a kube-scheduler user runs training (no gangs); the
+             like-for-like peer of gpuq, which also creates its pods
 Submission (--submit): `backlog` (default) freezes the scheduler under test (SIGSTOP: kube-scheduler,
-or the operator, which runs without leader election here) while the pool creates all its pods or
+with kube-controller-manager too for `jobs`, or the operator, which runs without leader election
+here) while the pool creates all its pods or
 TrainingJobs, then resumes it and times from the resume to the last bind: this measures how fast
 each one drains a queue. `live` times from the first create, with the scheduler running: then the
 pool's own pace bounds all three (TrainingJobs, checked against their CRD schema, are created
@@ -23,7 +28,7 @@ Client limits: kube-scheduler runs with 200 qps, burst 400 (the dev cluster rais
 defaults so a burst of fake nodes and pods is not bound by them; it only binds, the pool creates its
 pods), gpuq with its defaults, the same 200/400 (it creates the pods, writes job status and
 places); the pool's clients are unlimited.
-Order: raw, scheduler, gpuq, scheduler, raw. The store only grows during a run, so each baseline
+Order: raw, scheduler, jobs, gpuq, jobs, scheduler, raw. The store only grows during a run, so each baseline
 runs once before and once after gpuq and the mean of the two is compared (neither side gets the
 emptier API server).
 
@@ -314,6 +319,50 @@ def measure_scheduler(
     return done / max(max(bound.first.values(), default=t0) - t0, 1e-9), done
 
 
+def indexed_job(name: str, replicas: int) -> dict[str, Any]:
+    pod = plain_pod("", SCHEDULER)["spec"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "parallelism": replicas,
+            "completions": replicas,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "template": {"spec": {**pod, "restartPolicy": "Never"}},
+        },
+    }
+
+
+def measure_jobs(
+    dev: Cluster, api: k8s.ApiClient, ns: str, mix: list[tuple[int, int]], timeout: float, backlog: bool
+) -> tuple[float, int]:
+    """Pods bound per second when batch/v1 Jobs are the workload: the Job controller creates the pods,
+    kube-scheduler binds them; from the resume of both (backlog) or the first create until every pod
+    is bound (or timeout)."""
+    core, batch = k8s.CoreV1Api(api), k8s.BatchV1Api(api)
+    n, n_jobs = sum(r for r, _ in mix), len(mix)
+    bound = Watcher(core.list_namespaced_pod, ns, pod_bound)
+    frozen = ("kube-controller-manager", "kube-scheduler")
+    t0 = time.monotonic()
+    if backlog:
+        for c in frozen:
+            dev.pause_component(c)
+    try:
+        in_pool(lambda i: batch.create_namespaced_job(ns, indexed_job(f"b{i:04d}", mix[i][0])), range(n_jobs))
+    finally:
+        if backlog:
+            for c in frozen:
+                dev.resume_component(c)
+            t0 = time.monotonic()
+    with contextlib.suppress(TimeoutError):
+        wait_for(lambda: len(bound.first) >= n, timeout, "the Job controller and kube-scheduler", 0.1)
+    bound.stop()
+    done = len(bound.first)
+    return done / max(max(bound.first.values(), default=t0) - t0, 1e-9), done
+
+
 def phase(dev: Cluster, run: Callable[[], Any]) -> tuple[Any, Counter[str]]:
     """Run one measurement; also return the API writes it caused, by resource."""
     before = api_writes(dev)
@@ -353,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     op = None
     raws: list[tuple[float, Counter[str]]] = []
     scheds: list[tuple[tuple[float, int], Counter[str]]] = []
+    jobs: list[tuple[tuple[float, int], Counter[str]]] = []
     try:
         cfg = k8s.Configuration()
         k8s_config.load_kube_config(config_file=str(dev.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -361,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         install_crds(api)
         gpuq = GpuqClient(api)
         core = gpuq.core
-        for ns in (NS_GPUQ, "bench-raw-1", "bench-raw-2", "bench-sched-1", "bench-sched-2"):
+        baselines = [f"bench-{kind}-{k}" for kind in ("raw", "sched", "jobs") for k in (1, 2)]
+        for ns in (NS_GPUQ, *baselines):
             create_namespace(core, ns)
         gpuq.create_queue(QUEUE, shape.gpu_count)
         nodes = [node.metadata.name for node in core.list_node(label_selector="type=kwok").items]
@@ -376,8 +427,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"kube-scheduler {k}: {scheds[-1][0][0]:.1f} pods/s", flush=True)
 
+        def jobs_phase(k: int) -> None:
+            ns = f"bench-jobs-{k}"
+            jobs.append(phase(dev, lambda: measure_jobs(dev, api, ns, mix, args.timeout, backlog)))
+            print(f"Jobs + kube-scheduler {k}: {jobs[-1][0][0]:.1f} pods/s", flush=True)
+
         raw_phase(1)
         sched_phase(1)
+        jobs_phase(1)
         work = Path(tempfile.mkdtemp(prefix="gpuq-bench-e2e-"))
         # One operator: no election, so freezing it during the backlog's creation costs no lease.
         op = OperatorProcess(
@@ -387,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         g, g_writes = phase(dev, lambda: measure_gpuq(gpuq, op, mix, args.timeout, backlog))
         op.stop()
         print(f"gpuq: {g['bound_rate']:.1f} pods/s", flush=True)
+        jobs_phase(2)
         sched_phase(2)
         raw_phase(2)
     finally:
@@ -397,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     raw = sum(r for r, _ in raws) / len(raws)
     sched = sum(s for (s, _), _ in scheds) / len(scheds)
     sched_done = min(d for (_, d), _ in scheds)
+    jobs_rate = sum(s for (s, _), _ in jobs) / len(jobs)
+    jobs_done = min(d for (_, d), _ in jobs)
     bound = max(g["bound"], 1)
 
     def per_pod(writes: Counter[str], pods: int) -> float:
@@ -422,14 +482,20 @@ def main(argv: list[str] | None = None) -> int:
         f"kube-scheduler pods bound/s    {sched:8.1f}   ({sched_done}/{n} pods, no gangs; "
         f"before/after gpuq {scheds[0][0][0]:.1f} / {scheds[1][0][0]:.1f})"
     )
+    print(
+        f"Jobs + kube-scheduler pods/s   {jobs_rate:8.1f}   ({jobs_done}/{n} pods of {len(mix)} Indexed "
+        f"Jobs, no gangs; before/after gpuq {jobs[0][0][0]:.1f} / {jobs[1][0][0]:.1f})"
+    )
     print(f"ratio  gpuq / raw              {g['bound_rate'] / raw:8.2f}")
     print(f"ratio  gpuq / kube-scheduler   {g['bound_rate'] / sched:8.2f}")
+    print(f"ratio  gpuq / Jobs + k-sched   {g['bound_rate'] / jobs_rate:8.2f}")
     print("API writes per bound pod (all clients, apiserver_request_total)")
     print(f"  gpuq           {per_pod(g_writes, bound):5.2f}   " + ", ".join(
         f"{res or '?'} {c / bound:.2f}" for res, c in g_writes.most_common(8)
     ))
     print(f"  raw            {sum(per_pod(w, n) for _, w in raws) / len(raws):5.2f}")
     print(f"  kube-scheduler {sum(per_pod(w, max(d, 1)) for (_, d), w in scheds) / len(scheds):5.2f}")
+    print(f"  Jobs + k-sched {sum(per_pod(w, max(d, 1)) for (_, d), w in jobs) / len(jobs):5.2f}")
     print(f"\nreproduce: .venv/bin/python {cmd}".rstrip())
     return 0
 
