@@ -297,26 +297,48 @@ def measure_raw(core: k8s.CoreV1Api, ns: str, nodes: list[str], n: int) -> float
     return n / (time.monotonic() - t0)
 
 
-def measure_scheduler(
-    dev: Cluster, core: k8s.CoreV1Api, ns: str, n: int, timeout: float, backlog: bool
+def drain(
+    dev: Cluster,
+    core: k8s.CoreV1Api,
+    ns: str,
+    pods: int,
+    frozen: tuple[str, ...],
+    create: Callable[[int], Any],
+    items: int,
+    timeout: float,
+    backlog: bool,
 ) -> tuple[float, int]:
-    """Pods bound per second by kube-scheduler: from its resume (backlog) or the first create
-    until all are bound (or timeout)."""
+    """Pods bound per second in `ns` once the pool has run `create` for each of `items`: from the
+    resume of the `frozen` components (backlog) or the first create, until `pods` are bound (or
+    timeout). Returns the rate and the pods bound."""
     bound = Watcher(core.list_namespaced_pod, ns, pod_bound)
     t0 = time.monotonic()
     if backlog:
-        dev.pause_component("kube-scheduler")
+        for c in frozen:
+            dev.pause_component(c)
     try:
-        in_pool(lambda i: core.create_namespaced_pod(ns, plain_pod(f"s{i:05d}", SCHEDULER)), range(n))
+        in_pool(create, range(items))
     finally:
         if backlog:
-            dev.resume_component("kube-scheduler")
+            for c in frozen:
+                dev.resume_component(c)
             t0 = time.monotonic()
     with contextlib.suppress(TimeoutError):
-        wait_for(lambda: len(bound.first) >= n, timeout, "kube-scheduler binding the baseline pods", 0.1)
+        wait_for(lambda: len(bound.first) >= pods, timeout, f"{', '.join(frozen)} binding the pods", 0.1)
     bound.stop()
     done = len(bound.first)
     return done / max(max(bound.first.values(), default=t0) - t0, 1e-9), done
+
+
+def measure_scheduler(
+    dev: Cluster, core: k8s.CoreV1Api, ns: str, n: int, timeout: float, backlog: bool
+) -> tuple[float, int]:
+    """Pods bound per second by kube-scheduler, the pool creating plain pods."""
+
+    def create(i: int) -> None:
+        core.create_namespaced_pod(ns, plain_pod(f"s{i:05d}", SCHEDULER))
+
+    return drain(dev, core, ns, n, ("kube-scheduler",), create, n, timeout, backlog)
 
 
 def indexed_job(name: str, replicas: int) -> dict[str, Any]:
@@ -338,29 +360,16 @@ def indexed_job(name: str, replicas: int) -> dict[str, Any]:
 def measure_jobs(
     dev: Cluster, api: k8s.ApiClient, ns: str, mix: list[tuple[int, int]], timeout: float, backlog: bool
 ) -> tuple[float, int]:
-    """Pods bound per second when batch/v1 Jobs are the workload: the Job controller creates the pods,
-    kube-scheduler binds them; from the resume of both (backlog) or the first create until every pod
-    is bound (or timeout)."""
-    core, batch = k8s.CoreV1Api(api), k8s.BatchV1Api(api)
-    n, n_jobs = sum(r for r, _ in mix), len(mix)
-    bound = Watcher(core.list_namespaced_pod, ns, pod_bound)
+    """Pods bound per second when batch/v1 Jobs are the workload: the Job controller creates the
+    pods, kube-scheduler binds them (both frozen while the pool creates the Jobs)."""
+    batch = k8s.BatchV1Api(api)
+
+    def create(i: int) -> None:
+        batch.create_namespaced_job(ns, indexed_job(f"b{i:04d}", mix[i][0]))
+
     frozen = ("kube-controller-manager", "kube-scheduler")
-    t0 = time.monotonic()
-    if backlog:
-        for c in frozen:
-            dev.pause_component(c)
-    try:
-        in_pool(lambda i: batch.create_namespaced_job(ns, indexed_job(f"b{i:04d}", mix[i][0])), range(n_jobs))
-    finally:
-        if backlog:
-            for c in frozen:
-                dev.resume_component(c)
-            t0 = time.monotonic()
-    with contextlib.suppress(TimeoutError):
-        wait_for(lambda: len(bound.first) >= n, timeout, "the Job controller and kube-scheduler", 0.1)
-    bound.stop()
-    done = len(bound.first)
-    return done / max(max(bound.first.values(), default=t0) - t0, 1e-9), done
+    pods = sum(r for r, _ in mix)
+    return drain(dev, k8s.CoreV1Api(api), ns, pods, frozen, create, len(mix), timeout, backlog)
 
 
 def phase(dev: Cluster, run: Callable[[], Any]) -> tuple[Any, Counter[str]]:
