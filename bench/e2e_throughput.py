@@ -23,7 +23,10 @@ each one drains a queue. `live` times from the first create, with the scheduler 
 pool's own pace bounds all three (TrainingJobs, checked against their CRD schema, are created
 more slowly than pods), and gpuq was measured keeping pace (admission p50 1.3 s behind submission).
 The cluster has room for every job (--nodes: by default the mix's GPUs + 15%, racks of 16), so
-every pod counts.
+every pod counts. Nodes keep upstream's timings (lease 40 s renewed every 10 s, grace 50 s): with the
+dev cluster's failover-tuned 1.5 s renewals, 464 fake nodes cost the API server ~300 lease writes/s
+and flapped NotReady under every burst (302 NodeNotReady Events in one gpuq phase), which taxed
+every phase and tainted nodes mid-drain.
 Client limits: kube-scheduler runs with 200 qps, burst 400 (the dev cluster raises its 50/100
 defaults so a burst of fake nodes and pods is not bound by them; it only binds, the pool creates its
 pods), gpuq with its defaults, the same 200/400 (it creates the pods, writes job status and
@@ -67,6 +70,7 @@ from gpuq import logs
 from gpuq.api import meta
 from gpuq.controller.testing import DEFAULT_IMAGE, GpuqClient, OperatorProcess, install_crds
 from gpuq.devcluster import Cluster, Shape
+from gpuq.devcluster.components import UPSTREAM_TIMING
 from gpuq.devcluster.testing import wait_for
 from gpuq.sim.metrics import percentile
 
@@ -406,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cluster: {shape.describe()}; submit: {args.submit}", flush=True)
     n = sum(r for r, _ in mix)
     t_up = time.monotonic()
-    dev = Cluster.up(f"bench-e2e-{os.getpid()}", shape, tie_to_process=True, timeout=600)
+    name = f"bench-e2e-{os.getpid()}"
+    dev = Cluster.up(name, shape, timing=UPSTREAM_TIMING, tie_to_process=True, timeout=600)
     print(f"cluster up in {time.monotonic() - t_up:.0f} s", flush=True)
     op = None
     raws: list[tuple[float, Counter[str]]] = []

@@ -47,7 +47,7 @@ from gpuq.api import meta
 from gpuq.controller.objects import parse_time
 from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
 from gpuq.devcluster import Cluster, Shape
-from gpuq.devcluster.components import Timing
+from gpuq.devcluster.components import UPSTREAM_TIMING
 from gpuq.sim.metrics import percentile
 
 MIX = ((1, 1, 0.85), (1, 2, 0.10), (2, 4, 0.05))  # (replicas, GPUs per worker, share): 1.45 GPUs a job
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     gpus = sum(r * g for r, g in mix)
     print(f"cluster: {shape.describe()}; {args.jobs} jobs asking {gpus} GPUs", flush=True)
     t0 = time.monotonic()
-    timing = Timing(node_monitor_grace_seconds=50, node_monitor_period_seconds=5, node_lease_seconds=40)
-    dev = Cluster.up(f"bench-spike-{os.getpid()}", shape, timing=timing, tie_to_process=True, timeout=900)
+    name = f"bench-spike-{os.getpid()}"
+    dev = Cluster.up(name, shape, timing=UPSTREAM_TIMING, tie_to_process=True, timeout=900)
     print(f"cluster up in {time.monotonic() - t0:.0f} s", flush=True)
     op = None
     try:

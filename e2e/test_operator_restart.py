@@ -76,12 +76,9 @@ def test_operator_killed_mid_admission_and_restarted_never_double_binds(
     jobs = [f"j{i}" for i in range(len(cluster.node_names) // 2)]  # together they fill the cluster
     for name in jobs:
         gpuq.submit(ns, name, q, 2, g)
-    # Kill as soon as the first admission is persisted: others are still being created and bound.
-    wait_for(
-        lambda: any(gpuq.status(ns, j).get("phase") in ("Admitted", "Running") for j in jobs),
-        30,
-        "first admission",
-    )
+    # Kill as soon as the first gang pod exists (pods come before the status that records them,
+    # gpuq.controller.record): other gangs are half-created, others created without a status yet.
+    wait_for(lambda: bool(gpuq.core.list_namespaced_pod(ns).items), 30, "first gang pod")
     operator.kill()
     half_done = {j: gpuq.status(ns, j).get("phase") for j in jobs}
     operator.start()

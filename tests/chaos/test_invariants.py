@@ -82,3 +82,19 @@ def test_partial_binding_counts_only_while_it_could_be_fixed() -> None:
         t += 1.0
         c.observe(Sample(t, [job("a", "Admitted")], half, NODES))
     assert c.longest_partial > PARTIAL_LIMIT and "ns/a" in c.v.partial_too_long
+
+
+def test_a_half_created_gang_of_a_job_not_placed_yet_counts_as_partial() -> None:
+    """Pods come before the status (gpuq.controller.record): a queued job's next attempt is checked."""
+    c = InvariantChecker()
+    half = [pod("a", 0, "n1", attempt=1)]
+    t = 0.0
+    for _ in range(int(PARTIAL_LIMIT) + 2):
+        t += 1.0
+        c.observe(Sample(t, [job("a", "Queued", attempt=0)], half, NODES))
+    assert "ns/a" in c.v.partial_too_long
+    whole = InvariantChecker()
+    for i in range(int(PARTIAL_LIMIT) + 2):
+        gang = [pod("a", 0, "n1", attempt=1), pod("a", 1, "n2", attempt=1)]
+        whole.observe(Sample(float(i), [job("a", "Queued", attempt=0)], gang, NODES))
+    assert whole.longest_partial == 0.0

@@ -4,19 +4,35 @@ from __future__ import annotations
 
 from builders import T0, job
 
-from gpuq.controller.intents import admit_status, blocked_status, pending_status, rollback_status
-from gpuq.controller.objects import parse_job
+from gpuq.controller.intents import (
+    admission_note,
+    admit_status,
+    blocked_status,
+    pending_status,
+    rollback_status,
+)
+from gpuq.controller.objects import format_time, parse_job
 from gpuq.controller.snapshot import Exclusion
 from gpuq.core.decisions import Admit, Pending
 
 
 def test_admission_persists_attempt_and_placement() -> None:
     entry = parse_job(job("a", status={"phase": "Queued", "attempt": 2, "queuePosition": 3}))
-    patch = admit_status(entry, Admit("team-a/a", ("n2", "n1"), 1.0, borrowed_gpus=8), T0)
+    note = admission_note(Admit("team-a/a", ("n2", "n1"), 1.0, borrowed_gpus=8))
+    patch = admit_status(entry, ("n2", "n1"), T0 - 1, T0, note=note)
     assert patch["phase"] == "Admitted" and patch["attempt"] == 3
     assert patch["placement"] == [{"rank": 0, "node": "n2"}, {"rank": 1, "node": "n1"}]
     assert patch["queuePosition"] is None  # merge patch: cleared
+    assert patch.get("startedAt") is None and patch["admittedAt"] < format_time(T0)
     assert "borrowing 8 GPUs" in patch["message"]
+    assert patch["conditions"][0]["type"] == "Admitted" and patch["conditions"][0]["status"] == "True"
+
+
+def test_admission_of_a_gang_already_running_is_one_write() -> None:
+    entry = parse_job(job("a", status={"phase": "Queued", "attempt": 0}))
+    patch = admit_status(entry, ("n1",), T0 - 1, T0, running=True)
+    assert patch["phase"] == "Running" and patch["attempt"] == 1
+    assert patch["startedAt"] == format_time(T0) and patch["admittedAt"] == format_time(T0 - 1)
     assert patch["conditions"][0]["type"] == "Admitted" and patch["conditions"][0]["status"] == "True"
 
 
@@ -79,6 +95,6 @@ def test_a_refresh_of_numbers_is_cosmetic_a_new_reason_code_is_not() -> None:
     assert set(numbers) == {"queuePosition", "message", "conditions"} and cosmetic(queued, numbers)
     code = pending_status(queued, Pending("team-a/a", "queue at quota 8/8", 2, code="QuotaExceeded"), T0 + 5)
     assert not cosmetic(queued, code)
-    admitted = admit_status(queued, Admit("team-a/a", ("n1",), 0.0), T0 + 5)
+    admitted = admit_status(queued, ("n1",), T0 + 4, T0 + 5)
     assert not cosmetic(queued, admitted)
     assert not cosmetic(queued, {})

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from builders import T0, gang_pods, job, placed_status, pod
+from builders import T0, gang_pods, iso, job, placed_status, pod
 
-from gpuq.controller.lifecycle import Plan, backoff, observe
+from gpuq.controller.lifecycle import Plan, Recording, backoff, observe
 from gpuq.controller.objects import parse_job, parse_pod
+from gpuq.controller.record import ADMITTED_STATUS_DELAY, BURST_GANGS, status_delay
 from gpuq.core.config import FailoverConfig
 
 CFG = FailoverConfig(backoff_base_seconds=5, backoff_max_seconds=60)
@@ -137,3 +138,61 @@ def test_invalid_spec_is_reported_not_raised() -> None:
 
 def test_backoff_is_exponential_and_capped() -> None:
     assert [backoff(n, CFG) for n in range(1, 7)] == [0, 5, 10, 20, 40, 60]
+
+
+# -- the admission record: pods first, the status follows (gpuq.controller.record) --------------
+
+
+def queued(**status: object) -> dict:
+    return job("a", replicas=2, status={"phase": "Queued", "attempt": 0, **status})
+
+
+def test_a_created_gang_whose_workers_run_gets_its_status_in_one_write() -> None:
+    nodes = ["n2", "n1"]
+    plan = run(queued(), *gang_pods("a", nodes), now=T0 + 1)
+    s = plan.status
+    assert s["phase"] == "Running" and s["attempt"] == 1 and "startedAt" in s
+    assert s["placement"] == [{"rank": 0, "node": "n2"}, {"rank": 1, "node": "n1"}]
+    assert s["admittedAt"] == iso(T0)  # when its first pod was created
+    assert plan.delete_pods == () and plan.recheck_at is None
+
+
+def test_a_created_gang_still_starting_says_admitted_after_the_delay() -> None:
+    nodes = ["n1", "n2"]
+    starting = gang_pods("a", nodes, phase="Pending")
+    early = run(queued(), *starting, now=T0 + 1)
+    assert not early and early.recheck_at == T0 + ADMITTED_STATUS_DELAY  # no write yet: look again then
+    late = run(queued(), *starting, now=T0 + ADMITTED_STATUS_DELAY)
+    assert late.status["phase"] == "Admitted" and late.status["attempt"] == 1 and late.recheck_at is None
+
+
+def test_a_created_gang_is_recorded_even_if_its_workers_already_finished() -> None:
+    """Short workers can finish while no operator runs; the next attempt must not reuse their names."""
+    plan = run(queued(), *gang_pods("a", ["n1", "n2"], phase="Succeeded"), now=T0 + 30)
+    assert plan.status["attempt"] == 1 and plan.status["phase"] == "Running"
+
+
+def test_a_partly_created_gang_is_deleted_and_the_job_stays_queued() -> None:
+    """An operator stopped mid-creation: the pods that exist are no admission; the job is decided again."""
+    first = gang_pods("a", ["n1", "n2"])[0]
+    plan = run(queued(), first, now=T0 + 30)
+    assert plan.delete_pods == ("team-a/a-1-0",)
+    assert "phase" not in plan.status and "attempt" not in plan.status
+    other_job = gang_pods("a", ["n1", "n2"])
+    for p in other_job:
+        p["metadata"]["ownerReferences"][0]["uid"] = "uid-of-an-earlier-job-of-that-name"
+    assert "attempt" not in run(queued(), *other_job, now=T0 + 30).status
+
+
+def test_a_recovering_job_is_readmitted_from_its_new_gang() -> None:
+    status = {"phase": "Recovering", "attempt": 1, "restarts": 1}
+    plan = run(job("a", replicas=2, status=status), *gang_pods("a", ["n3", "n4"], attempt=2), now=T0 + 1)
+    assert plan.status["attempt"] == 2 and plan.status["phase"] == "Running"
+
+
+def test_under_a_burst_the_status_waits_longer_for_running() -> None:
+    starting = [parse_pod(p) for p in gang_pods("a", ["n1", "n2"], phase="Pending")]
+    burst = status_delay(BURST_GANGS + 1)
+    assert burst > status_delay(1) == ADMITTED_STATUS_DELAY
+    plan = observe(parse_job(queued()), starting, T0 + ADMITTED_STATUS_DELAY, CFG, Recording("", burst))
+    assert not plan and plan.recheck_at == T0 + burst

@@ -298,3 +298,36 @@ def test_a_kept_builder_agrees_with_a_fresh_one_as_pods_jobs_and_nodes_change() 
     v = check()
     assert [n.used_by_others.gpus for n in v.snapshot.nodes] == [0, 0]
     assert v.snapshot.nodes[1].allocatable.gpus == 4
+
+
+def test_a_gang_created_before_its_status_holds_its_nodes_and_a_partial_one_does_not() -> None:
+    """Operator stopped between creating a gang and writing its status (gpuq.controller.record):
+    the complete gang is the job's placement (counted once, against its quota); a partial one is
+    no admission, but its pods' GPUs stay used until they are gone."""
+    cache = ClusterCache()
+    for n in ("n1", "n2"):
+        cache.upsert_node(node(n))
+    cache.upsert_queue(queue("q"))
+    cache.upsert_job(job("a", replicas=2, status={"phase": "Queued", "attempt": 0}))
+    builder = SnapshotBuilder()
+    first, second = gang_pods("a", ["n2", "n1"], phase="Pending")
+    cache.upsert_pod(first)
+    v = builder.build(cache, T0 + 1, CFG)
+    assert jobs_of(v)["team-a/a"].running is None and "team-a/a" not in v.holding
+    assert nodes_of(v)["n2"].used_by_others.gpus == 8
+    cache.upsert_pod(second)  # the same builder: its memo must notice the gang is now complete
+    v = builder.build(cache, T0 + 1, CFG)
+    assert jobs_of(v)["team-a/a"].running.placement == ("n2", "n1")  # type: ignore[union-attr]
+    assert v.holding["team-a/a"].attempt == 1
+    assert [n.used_by_others.gpus for n in v.snapshot.nodes] == [0, 0]
+
+
+def test_an_admission_whose_status_is_not_written_yet_is_no_victim() -> None:
+    cache = ClusterCache()
+    cache.upsert_node(node("n1"))
+    cache.upsert_queue(queue("q"))
+    cache.upsert_job(job("a", replicas=1, status={"phase": "Queued"}))
+    cache.assume("team-a/a", 1, ("n1",), T0)
+    assert not jobs_of(SnapshotBuilder().build(cache, T0 + 1, CFG))["team-a/a"].preemptible
+    cache.upsert_job(job("a", replicas=1, status=placed_status(["n1"], phase="Admitted")))
+    assert jobs_of(SnapshotBuilder().build(cache, T0 + 1, CFG))["team-a/a"].preemptible

@@ -5,10 +5,11 @@ counts out; the sampler that feeds it lives in gpuq.chaos.harness).
 - no duplicate worker: at most one live, not-deleting pod per (job, rank);
 - no node over-committed: the GPUs of the bound, unfinished pods on a node (terminating ones too:
   they hold their GPUs until gone) never exceed its allocatable;
-- no gang partially bound for more than PARTIAL_LIMIT seconds: an Admitted/Running job whose current
-  attempt has some but not all ranks bound. The clock runs only while something could fix it: between
-  two samples that both answered (the API server was up) and both saw a live leader; the raw longest
-  partial window, leaderless time included, is reported beside it;
+- no gang partially bound for more than PARTIAL_LIMIT seconds: a job whose current attempt (for a
+  job not placed yet, the next: its pods come before its status) has some but not all ranks bound.
+  The clock runs only while something could fix it: between two samples that both answered (the
+  API server was up) and both saw a live leader; the raw longest partial window, leaderless time
+  included, is reported beside it;
 - one admission per attempt: Admitted Events of a job never outnumber its attempts (two writers
   admitting one attempt each post one).
 """
@@ -24,6 +25,7 @@ PARTIAL_LIMIT = 10.0
 MAX_SAMPLE_GAP = 2.0  # a longer gap between answering samples means the API server was not answering
 LIVE_POD_PHASES = ("Pending", "Running", "Unknown")
 PLACED = ("Admitted", "Running")
+FINISHED = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,9 @@ def duplicates(pods: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], list[
 
 
 def partially_bound(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> set[str]:
-    """Placed jobs whose current attempt has some, but not all, of its ranks bound."""
+    """Jobs whose current attempt has some, but not all, of its ranks bound: the attempt a placed
+    job's status records, or, for a job still waiting, the next one (its pods come before its status,
+    gpuq.controller.record, so a gang stopped half-created shows up here until it is deleted)."""
     bound: dict[tuple[str, str], set[str]] = {}
     for p in pods:
         labels = _labels(p)
@@ -113,11 +117,12 @@ def partially_bound(jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[st
     out: set[str] = set()
     for j in jobs:
         status = j.get("status") or {}
-        if status.get("phase") not in PLACED:
+        if status.get("phase") in FINISHED:
             continue
+        current = _int(status.get("attempt")) + (0 if status.get("phase") in PLACED else 1)
         name = f"{_md(j).get('namespace')}/{_md(j)['name']}"
         replicas = _int(((j.get("spec") or {}).get("workers") or {}).get("replicas"))
-        ranks = bound.get((name, str(status.get("attempt", ""))), set())
+        ranks = bound.get((name, str(current)), set())
         if 0 < len(ranks) < replicas:
             out.add(name)
     return out

@@ -30,12 +30,13 @@ TOMBSTONES = 100_000  # remembered deletions (uids); far more than can race in f
 
 @dataclass(frozen=True, slots=True)
 class Assumed:
-    """An admission in flight: the job holds `placement` for `attempt` before the API says so."""
+    """An admission in flight: the job holds `placement` for `attempt` before the API says so (its
+    pods are being created, or exist and the status that records them is not written yet)."""
 
     attempt: int
     placement: tuple[str, ...]
     started_at: float
-    uncertain: bool = False  # its status write got no answer: it may or may not have landed
+    note: str = ""  # what the decision adds to the admission message (gpuq.controller.intents)
 
 
 def _rv_after(a: str | None, b: str | None) -> bool:
@@ -257,14 +258,9 @@ class ClusterCache:
             self.deleted_jobs[gone.uid] = key
             self._changed()
 
-    def assume(self, job: str, attempt: int, placement: tuple[str, ...], now: float) -> None:
-        self.assumed[job] = Assumed(attempt, placement, now)
+    def assume(self, job: str, attempt: int, placement: tuple[str, ...], now: float, note: str = "") -> None:
+        self.assumed[job] = Assumed(attempt, placement, now, note)
         self._changed()
-
-    def mark_uncertain(self, job: str) -> None:
-        a = self.assumed.get(job)
-        if a is not None:
-            self.assumed[job] = Assumed(a.attempt, a.placement, a.started_at, uncertain=True)
 
     def forget(self, job: str) -> None:
         if self.assumed.pop(job, None) is not None:
@@ -317,6 +313,9 @@ class ClusterCache:
             if pod.job is not None:
                 self.touched.add(pod.job)
             self._changed()
+
+    def has_pods(self, job: str) -> bool:
+        return bool(self._pods_by_job.get(job))
 
     def pods_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
         """Pods labelled for `job`; with `uid`, only those owned by that incarnation of it."""

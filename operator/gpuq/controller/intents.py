@@ -1,8 +1,9 @@
 """Status patches that carry out the core's decisions (pure: time is an argument).
 
-Admission persists intent before any pod exists: phase Admitted, the next attempt number and the
-placement. Pending jobs get their queue position and the core's reason; jobs kept out of the
-snapshot get condition Blocked with the reason, plus a Warning Event the first time.
+An admission's status follows its bound pods (gpuq.controller.record): the next attempt number,
+the placement, and phase Admitted, or Running when the workers already run. Pending jobs get their
+queue position and the core's reason; jobs kept out of the snapshot get condition Blocked with the
+reason, plus a Warning Event the first time.
 """
 
 from __future__ import annotations
@@ -25,25 +26,42 @@ def _identity(job: JobEntry) -> dict[str, Any]:
     return {"gpus": w.replicas * w.gpus_per_worker, "observed_generation": job.generation}
 
 
-def admit_status(job: JobEntry, admit: Admit, now: float) -> dict[str, Any]:
+def admission_note(admit: Admit) -> str:
+    """What the decision adds to the admission message (the placement itself is in the pods)."""
+    return f"borrowing {admit.borrowed_gpus} GPUs from the cohort" if admit.borrowed_gpus else ""
+
+
+def admit_status(
+    job: JobEntry,
+    placement: tuple[str, ...],
+    admitted_at: float,
+    now: float,
+    running: bool = False,
+    note: str = "",
+) -> dict[str, Any]:
+    """The status of an admission whose gang exists (gpuq.controller.record): the next attempt, its
+    placement, and Running at once when every worker already runs."""
     s = job.status
-    nodes = sorted(set(admit.placement))
+    nodes = sorted(set(placement))
     msg = f"admitted on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
-    if admit.borrowed_gpus:
-        msg += f"; borrowing {admit.borrowed_gpus} GPUs from the cohort"
+    if note:
+        msg += f"; {note}"
     conds = st.with_condition(s.conditions, st.ADMITTED, True, "Admitted", msg, now)
+    if running:
+        msg = f"all {len(placement)} workers running"
     return st.patch(
         s,
-        phase=Phase.ADMITTED,
+        phase=Phase.RUNNING if running else Phase.ADMITTED,
         attempt=s.attempt + 1,
-        placement=[PlacementEntry(rank=r, node=n) for r, n in enumerate(admit.placement)],
-        admitted_at=st.when(now),
-        started_at=None,
+        placement=[PlacementEntry(rank=r, node=n) for r, n in enumerate(placement)],
+        admitted_at=st.when(admitted_at),
+        started_at=st.when(now) if running else None,
         queue_position=None,
         not_before=None,
         reason=None,
         message=msg,
         conditions=st.without_condition(conds, st.BLOCKED),
+        **({"rejections": 0} if running else {}),
         **_identity(job),
     )
 

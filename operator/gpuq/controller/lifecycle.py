@@ -1,7 +1,8 @@
 """Per-job state transitions driven by what the pods report (pure: time is an argument).
 
 The core decides admissions, preemptions and failovers; this module decides what follows from
-pod phases and the job's own status: Admitted -> Running when every worker runs, Succeeded when
+pod phases and the job's own status: an admission's status once its gang exists
+(gpuq.controller.record), Admitted -> Running when every worker runs, Succeeded when
 all succeeded, restart or Failed when a worker fails or vanishes, Preempted -> Queued once the
 victim's pods are gone, and clean-up of pods left over from earlier attempts. Each result is a
 `Plan`: the status patch first (intent is persisted before pods are touched), then pod actions.
@@ -16,7 +17,9 @@ from typing import Any
 
 from gpuq.api.meta import Condition
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
+from gpuq.controller import record
 from gpuq.controller import status as st
+from gpuq.controller.intents import admit_status
 from gpuq.controller.objects import JobEntry, PodEntry, newer, parse_time
 from gpuq.core.config import FailoverConfig
 from gpuq.core.failover import backoff_seconds
@@ -32,6 +35,7 @@ class Plan:
     delete_pods: tuple[str, ...] = ()  # pod keys
     complete_admission: bool = False  # create the missing pods of the attempt and bind them
     clear_checkpoint_request: tuple[str, ...] = ()  # pod keys whose request annotation is stale
+    recheck_at: float | None = None  # look at the job again then, even if nothing changes
 
     def __bool__(self) -> bool:
         return bool(
@@ -263,9 +267,19 @@ def _abandoned_preemption(job: JobEntry, fields: dict[str, Any]) -> dict[str, An
     return {**fields, "preemption": None, "conditions": st.without_condition(conds, st.PREEMPTION_REQUESTED)}
 
 
-def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig) -> Plan:
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """How an admission's status is written from its gang (gpuq.controller.record)."""
+
+    note: str = ""  # what the decision adds to the message, while the writer remembers it
+    status_delay: float = record.ADMITTED_STATUS_DELAY  # wait for Running before saying Admitted
+
+
+def observe(
+    job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig, rec: Recording = Recording()
+) -> Plan:
     """The transition (if any) that the job's pods and status call for right now."""
-    plan = _transition(job, pods, now, cfg)
+    plan = _transition(job, pods, now, cfg, rec)
     if job.status.preemption is not None and job.status.phase in PLACED_PHASES:
         return plan
     # No preemption in progress: a checkpoint request left on a live worker is stale (e.g. from an
@@ -278,7 +292,31 @@ def observe(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverCo
     return dataclasses.replace(plan, clear_checkpoint_request=stale_request) if stale_request else plan
 
 
-def _transition(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig) -> Plan:
+def _record_admission(
+    job: JobEntry,
+    pods: Sequence[PodEntry],
+    gang: tuple[str, ...],
+    now: float,
+    fields: dict[str, Any],
+    events: tuple[st.Event, ...],
+    rec: Recording,
+) -> Plan:
+    """The status of a gang created without one (gpuq.controller.record): Running as soon as every
+    worker runs, Admitted once the status delay has passed without that."""
+    attempt = job.status.attempt + 1
+    stale = tuple(p.key for p in pods if p.live and not p.deleting and p.attempt != attempt)
+    running = all(p.phase in ("Running", "Succeeded") for p in pods if p.attempt == attempt)
+    since = record.gang_created_at(job, pods) or now
+    deadline = since + rec.status_delay
+    if not running and now < deadline:
+        return Plan(job.key, st.patch(job.status, **fields), events, stale, recheck_at=deadline)
+    status = {**st.patch(job.status, **fields), **admit_status(job, gang, since, now, running, rec.note)}
+    return Plan(job.key, status, events, stale)
+
+
+def _transition(
+    job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig, rec: Recording
+) -> Plan:
     s = job.status
     if job.spec is None:
         if st.is_true(s.conditions, st.BLOCKED) and s.message == job.error:
@@ -313,6 +351,9 @@ def _transition(job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: Failov
         msg = "requeued after preemption"
         return Plan(job.key, st.patch(s, phase=Phase.QUEUED, message=msg, **extra), events)
     if not placed:
+        gang = record.created_gang(job, pods)
+        if gang is not None:
+            return _record_admission(job, pods, gang, now, extra, events, rec)
         return Plan(job.key, st.patch(s, **extra), events, stale)
 
     # Admitted or Running: look at the current attempt's workers.

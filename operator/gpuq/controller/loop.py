@@ -19,7 +19,7 @@ from typing import Any
 
 from gpuq.api import meta
 from gpuq.api.trainingjob import PLACED_PHASES, Phase
-from gpuq.controller import intents, lifecycle
+from gpuq.controller import intents, lifecycle, record
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.kubeapi import TokenBucket
@@ -99,6 +99,7 @@ class SchedulingLoop:
         self._disrupted_at: dict[str, float] = {}  # node -> last time a disruption held it
         self._observe_all = True  # the term's first cycle runs every job's lifecycle
         self._observe_again: set[str] = set()
+        self._recheck: dict[str, float] = {}  # job -> when its lifecycle asked to be looked at again
         self.quarantine = Quarantine()
         self._extender_inputs: tuple[Snapshot, tuple[Admit, ...]] | None = None
         self._extender_view: ExtenderView | None = None
@@ -255,6 +256,7 @@ class SchedulingLoop:
             view.wake_at,
             decisions.wake_at,
             self.tracker.next_deadline(),
+            min(self._recheck.values(), default=None),
             *(d.until for d in prep.disruptions.values()),
             *(t + grace for t in self._disrupted_at.values() if t + grace > now),
         )
@@ -333,22 +335,41 @@ class SchedulingLoop:
         else:
             keys = self.cache.take_touched() | self._observe_again
         self._observe_again = set()
-        for key in sorted(keys):
+        due = {k for k, t in self._recheck.items() if t <= now}
+        for key in due:
+            del self._recheck[key]
+        delay = record.status_delay(len(self.cache.assumed))
+        for key in sorted(keys | due):
             job = self.cache.jobs.get(key)
             if job is None or job.deleting:
                 continue
             if key in self.writer.busy:
                 self._observe_again.add(key)
                 continue
-            plan = lifecycle.observe(job, self.cache.pods_of(key, job.uid), now, self.config.failover)
+            assumed = self.cache.assumed.get(key)
+            note = assumed.note if assumed is not None else ""
+            pods = self.cache.pods_of(key, job.uid)
+            plan = lifecycle.observe(job, pods, now, self.config.failover, lifecycle.Recording(note, delay))
+            if plan.recheck_at is not None:
+                self._recheck[key] = plan.recheck_at
             if plan and not self.writer.submit(key, partial(self._run_plan, job, plan, failed), minor=True):
                 self._observe_again.add(key)
-        for key, assumed in list(self.cache.assumed.items()):
-            if assumed.uncertain and key not in self.writer.busy:
-                self.writer.submit(key, partial(self.writer.verify_assumption, key), minor=True)
+        self._forget_abandoned_admissions()
         orphans = self.cache.orphans()
         if orphans:
             self.writer.submit("orphans", partial(self.writer.delete_pods, [p.key for p in orphans], failed))
+
+    def _forget_abandoned_admissions(self) -> None:
+        """An assumption outlives its admission task only while the gang it created waits for its
+        status; if that gang is gone or incomplete (a worker deleted meanwhile), nothing records the
+        admission any more: drop the assumption so the job is decided again."""
+        for key in [k for k in self.cache.assumed if k not in self.writer.busy]:
+            job = self.cache.jobs.get(key)
+            if job is None or (
+                job.status.phase not in PLACED_PHASES
+                and record.created_gang(job, self.cache.pods_of(key, job.uid)) is None
+            ):
+                self.cache.forget(key)
 
     async def _run_plan(self, job: JobEntry, plan: lifecycle.Plan, failed: frozenset[str]) -> JobEntry:
         before = job.status.lost_gpu_seconds

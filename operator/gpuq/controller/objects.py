@@ -135,6 +135,7 @@ class PodEntry:
     reason: str = ""  # why it failed, for messages
     status_reason: str = ""  # status.reason as the kubelet set it (e.g. OutOfnvidia.com/gpu)
     labels: dict[str, str] = field(default_factory=dict)
+    created_at: float | None = None  # metadata.creationTimestamp (API-server clock, 1 s resolution)
 
     @property
     def key(self) -> str:
@@ -291,4 +292,5 @@ def parse_pod(body: Mapping[str, Any]) -> PodEntry:
         reason=_failure_reason(status) if status.get("phase") == "Failed" else "",
         status_reason=str(status.get("reason") or ""),
         labels=labels,
+        created_at=parse_time(md.get("creationTimestamp")),
     )

@@ -21,6 +21,7 @@ from gpuq.controller.objects import JobEntry, NodeEntry, QueueEntry, newer, pars
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
+from gpuq.controller.record import WAITING_PHASES, created_gang
 from gpuq.controller.resources import pod_requests
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import PendingCode
@@ -267,9 +268,17 @@ def _stop(job: JobEntry, cache: ClusterCache) -> str:
     return ""
 
 
+def unrecorded_gang(job: JobEntry, cache: ClusterCache) -> tuple[str, ...] | None:
+    """The placement of a gang created with no status recording it yet (gpuq.controller.record)."""
+    if job.status.phase in PLACED_PHASES or not cache.has_pods(job.key):
+        return None
+    return created_gang(job, cache.pods_of(job.key, job.uid))
+
+
 def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = frozenset()) -> Holding | None:
-    """The placement a job holds: an admission in flight (assumed), the one its status records, or,
-    for a preemption victim whose pods are still leaving, the one it had."""
+    """The placement a job holds: an admission in flight (assumed), the one its status records, a
+    gang created before its status (an operator stopped in between), or, for a preemption victim
+    whose pods are still leaving, the one it had."""
     gpus = job.spec.workers.gpus_per_worker if job.spec is not None else 0
     assumed = cache.assumed.get(job.key)
     if assumed is not None:
@@ -277,6 +286,9 @@ def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = froze
     s = job.status
     if s.phase in PLACED_PHASES and s.placement:
         return Holding(s.attempt, _ranked(s.placement), gpus)
+    gang = unrecorded_gang(job, cache)
+    if gang is not None:
+        return Holding(s.attempt + 1, gang, gpus)
     if job.key in evicting and s.phase in (Phase.PREEMPTED, Phase.SUSPENDED) and s.previous_placement:
         return Holding(s.attempt, _ranked(s.previous_placement), gpus)
     return None
@@ -294,6 +306,7 @@ class _JobMemo:
     labels: Mapping[str, str] | None
     hold: Holding | None
     exclusion: Exclusion | None
+    gang: tuple[str, ...] | None = None  # unrecorded_gang when it was derived
     job: Job | None = None
     job_args: tuple[float, float] | None = None  # (start fallback, notBefore) the Job was built with
 
@@ -345,6 +358,7 @@ class SnapshotBuilder:
         assumed = cache.assumed.get(job.key)
         queue = cache.queues.get(job.spec.queue) if job.spec is not None else None
         labels = cache.namespaces.get(job.namespace)
+        gang = unrecorded_gang(job, cache) if assumed is None else None
         m = self._jobs.get(job.key)
         if (
             m is None
@@ -353,10 +367,11 @@ class SnapshotBuilder:
             or m.evicting != evicting
             or m.queue is not queue
             or m.labels is not labels
+            or m.gang != gang
         ):
             hold = holding(job, cache, frozenset({job.key}) if evicting else frozenset())
             exclusion = self._exclusion(job, cache, topo) if job.spec is not None else None
-            m = _JobMemo(job, assumed, evicting, queue, labels, hold, exclusion)
+            m = _JobMemo(job, assumed, evicting, queue, labels, hold, exclusion, gang)
             self._jobs[job.key] = m
         return m
 
@@ -603,7 +618,9 @@ def _job(
         created_at=job.created_at,
         workers=workers,
         topology=TopologyRequest(spec.topology.level, spec.topology.mode),
-        preemptible=spec.preemptible,
+        # An admission whose status is not written yet (seconds old) is no victim: evicting it would
+        # race its own status write (gpuq.controller.record).
+        preemptible=spec.preemptible and not (hold is not None and st.phase in WAITING_PHASES),
         min_runtime_seconds=float(spec.min_runtime_seconds),
         checkpoint=Checkpoint(ckpt.time.timestamp(), ckpt.step, ckpt.path) if ckpt else None,
         running=Running(hold.placement, started) if hold else None,

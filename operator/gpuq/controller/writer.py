@@ -1,25 +1,28 @@
 """The writer: carries out decisions against the API server, one task per job at a time.
 
 Order is what makes it safe to kill the operator at any moment:
-  admit   status (Admitted, attempt N, placement) -> Service -> pods, created bound
+  admit   Service -> pods, created bound; the status follows from the complete gang
+          (gpuq.controller.record: the pods are the durable record of an admission)
+  restart status (Recovering) -> delete pods -> admit again
   evict   status (Preempted / Recovering / Failed) -> delete pods (force on failed nodes)
-On restart (or a new leader) the loop sees the persisted intent and finishes it
-(`complete_admission`) or cleans up. Pods of attempt N are named <job>-<N>-<rank>, so re-creating
-one is idempotent and a bound pod is never bound again (the API refuses a second binding).
+On restart (or a new leader) the loop sees what is persisted: a complete gang without a status is
+adopted, a partial one deleted; a placed status with missing pods is finished
+(`complete_admission`). Pods of attempt N are named <job>-<N>-<rank>, so re-creating one is
+idempotent and a bound pod is never bound again (the API refuses a second binding).
 
 Concurrency and errors (docs/operations.md, "API errors"):
 - every status write is conditional on the resourceVersion it was computed from; a 409 re-reads
   the job into the cache and the next cycle decides again;
-- a transient failure (429, 5xx, no answer; already retried by KubeApi) leaves persisted intent in
-  place for the next cycle to finish: only a permanent error rolls a gang back, and a rollback
-  deletes only the pods this admission created (uid preconditions), never another writer's;
-- an admission whose status write may or may not have landed keeps its assumption until a read
-  tells which (an unknown outcome must not free the GPUs for another gang).
+- an admission that fails (a transient error after KubeApi's retries, or a permanent one) deletes
+  the pods it created (uid preconditions: never another writer's) and the job is decided again;
+  a permanent error also says why in the status; pods a failed delete leaves behind are stale for
+  the still-queued job and the lifecycle deletes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -265,17 +268,14 @@ class Writer:
         return fresh if fresh is not None and fresh.uid == job.uid and not fresh.deleting else None
 
     async def admit(self, job: JobEntry, decision: Admit) -> None:
+        """Create the gang's pods, bound; the status follows from them (gpuq.controller.record)."""
         fresh = self.current(job)
         if fresh is None or fresh.status.phase in (*PLACED_PHASES, *FINISHED_PHASES):
             return  # deleted, or placed/finished since the decision: the next cycle decides again
         job = queued = fresh  # queued: its status before admission says since when it waited
         now = self.clock()
         attempt = job.status.attempt + 1
-        self.cache.assume(job.key, attempt, decision.placement, now)
-        landed = await self._persist_admission(job, decision, attempt, now)
-        if landed is None:
-            return
-        job = landed
+        self.cache.assume(job.key, attempt, decision.placement, now, intents.admission_note(decision))
         created: dict[str, str] = {}
         if self.admission_delay:
             await asyncio.sleep(self.admission_delay)  # test hook: widen the decide -> bind window
@@ -283,64 +283,32 @@ class Writer:
             await self._wait_for_previous_pods(job.key, attempt)
             async with self._admissions:
                 await self._ensure_gang(job, attempt, decision.placement, created)
+        except NotLeader:
+            self.cache.forget(job.key)  # whatever it created is the next leader's to adopt or delete
+            raise
         except (ApiError, AdmissionFailed) as exc:
             if not _permanent(exc):
-                log.warning(
-                    "admission paused by API errors; the next cycle finishes it", job=job.key, error=str(exc)
-                )
+                # Nothing is persisted but pods: take back the ones this admission created (the
+                # lifecycle deletes any left over, since the job is still queued) and decide again.
+                log.warning("admission abandoned after API errors", job=job.key, error=str(exc))
+                self.cache.forget(job.key)
+                with contextlib.suppress(ApiError):
+                    await _all(self._delete_exact(key, uid) for key, uid in created.items())
                 return
             await self._rollback(job, attempt, exc, created)
             return
         self.metrics.admitted(queued, decision, now)
-        await self.event(job, st.normal("Admitted", job.status.message or "admitted"))
+        nodes = sorted(set(decision.placement))
+        msg = f"admitted on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
+        await self.event(job, st.normal("Admitted", msg))
         log.info(
             "admitted",
             job=job.key,
             queue=job.spec.queue if job.spec else None,
             attempt=attempt,
-            nodes=sorted(set(decision.placement)),
+            nodes=nodes,
             comm_cost=decision.comm_cost,
         )
-
-    async def _persist_admission(
-        self, job: JobEntry, decision: Admit, attempt: int, now: float
-    ) -> JobEntry | None:
-        """Write the admission (conditional on the job's version). Returns the admitted job, or None
-        when it did not happen (assumption dropped) or its outcome is unknown (assumption kept)."""
-        try:
-            return await self.patch_job_status(job, intents.admit_status(job, decision, now))
-        except NotLeader:
-            self.cache.forget(job.key)
-            raise
-        except ApiError as exc:
-            if not (exc.transient or exc.conflict):
-                self.cache.forget(job.key)
-                raise
-            # A conflict may be our own earlier try that landed before its answer was lost.
-            try:
-                current = await self.refresh_job(job)
-            except ApiError:
-                self.cache.mark_uncertain(job.key)  # the next cycle asks again (verify_assumption)
-                log.warning("admission outcome unknown; GPUs stay reserved", job=job.key, error=str(exc))
-                return None
-            if current is not None and _is_admission(current, attempt, decision.placement):
-                return current
-            self.cache.forget(job.key)
-            if exc.conflict:
-                log.info("admission conflicted; the next cycle decides again", job=job.key)
-                return None
-            raise
-
-    async def verify_assumption(self, key: str) -> None:
-        """An admission whose status write had no answer: keep or drop its assumption by reading."""
-        assumed = self.cache.assumed.get(key)
-        job = self.cache.jobs.get(key)
-        if assumed is None or job is None:
-            self.cache.forget(key)
-            return
-        current = await self.refresh_job(job)  # upsert drops the assumption if it landed
-        if current is None or current.status.attempt < assumed.attempt:
-            self.cache.forget(key)
 
     async def complete_admission(self, job: JobEntry) -> None:
         """Finish an admission that was persisted but not carried out (an operator restart, a new
@@ -383,7 +351,7 @@ class Writer:
             except ApiError as exc:
                 if not exc.conflict:
                     raise
-        resume = newer(job.status.last_checkpoint, job.checkpoint) if job.status.attempt > 1 else None
+        resume = newer(job.status.last_checkpoint, job.checkpoint) if attempt > 1 else None
         names = [pods.pod_name(job.name, attempt, r) for r in range(len(placement))]
         token = f"{self._instance}/{uuid.uuid4().hex[:12]}"
 
@@ -479,12 +447,6 @@ class Writer:
         except ApiError as exc:
             if not (exc.not_found or exc.conflict):
                 raise
-
-
-def _is_admission(job: JobEntry, attempt: int, placement: tuple[str, ...]) -> bool:
-    """The job's status records exactly this admission (ours, landed before its answer was lost)."""
-    nodes = tuple(p.node for p in sorted(job.status.placement, key=lambda p: p.rank))
-    return job.status.attempt == attempt and job.status.phase in PLACED_PHASES and nodes == placement
 
 
 async def _all(coros: Iterable[Awaitable[None]]) -> None:

@@ -60,6 +60,12 @@ class Timing:
     node_lease_seconds: int = 6  # kwok renews every 6/4 = 1.5 s
 
 
+# Upstream's node timings (kubelet lease 40 s renewed every 10 s, node-monitor-grace-period 50 s):
+# for benchmarks that load the API server, where the fast-failover timings above would have
+# hundreds of fake nodes renew every 1.5 s and flap NotReady whenever a burst starves kwok.
+UPSTREAM_TIMING = Timing(node_monitor_grace_seconds=50, node_monitor_period_seconds=5, node_lease_seconds=40)
+
+
 def etcd_argv(bin_dir: Path, paths: ClusterPaths, ports: Ports) -> list[str]:
     client, peer = f"http://127.0.0.1:{ports.etcd_client}", f"http://127.0.0.1:{ports.etcd_peer}"
     return [
