@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from builders import gang_pods, job, node, placed_status, pod
+from builders import T0, gang_pods, job, node, placed_status, pod
 
 from gpuq.controller.cache import ClusterCache
 
@@ -134,3 +134,13 @@ def test_jobs_whose_object_or_pods_changed_are_touched_until_taken() -> None:
     assert c.take_touched() == set()
     c.delete_pod(pod("a-1-0", node_name="n1", job_name="a"))
     assert c.take_touched() == {"team-a/a"}
+
+
+def test_an_admission_made_in_a_burst_lets_its_status_wait_longer() -> None:
+    from gpuq.controller.record import ADMITTED_STATUS_DELAY, BURST_GANGS, BURST_STATUS_DELAY
+
+    cache = ClusterCache()
+    for i in range(BURST_GANGS + 2):
+        cache.assume(f"team-a/j{i}", 1, ("n1",), T0)
+    assert cache.assumed["team-a/j0"].status_delay == ADMITTED_STATUS_DELAY
+    assert cache.assumed[f"team-a/j{BURST_GANGS + 1}"].status_delay == BURST_STATUS_DELAY

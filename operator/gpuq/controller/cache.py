@@ -24,6 +24,7 @@ from gpuq.controller.objects import (
     parse_pod,
     parse_queue,
 )
+from gpuq.controller.record import ADMITTED_STATUS_DELAY, status_delay
 
 TOMBSTONES = 100_000  # remembered deletions (uids); far more than can race in flight
 
@@ -37,6 +38,7 @@ class Assumed:
     placement: tuple[str, ...]
     started_at: float
     note: str = ""  # what the decision adds to the admission message (gpuq.controller.intents)
+    status_delay: float = ADMITTED_STATUS_DELAY  # how long its status may wait for Running
 
 
 def _rv_after(a: str | None, b: str | None) -> bool:
@@ -259,7 +261,10 @@ class ClusterCache:
             self._changed()
 
     def assume(self, job: str, attempt: int, placement: tuple[str, ...], now: float, note: str = "") -> None:
-        self.assumed[job] = Assumed(attempt, placement, now, note)
+        """Count an admission before the API records it; one made while many others await their
+        status (a burst) lets its status wait longer for Running (gpuq.controller.record)."""
+        delay = status_delay(len(self.assumed))
+        self.assumed[job] = Assumed(attempt, placement, now, note, delay)
         self._changed()
 
     def forget(self, job: str) -> None:

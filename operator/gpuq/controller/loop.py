@@ -338,7 +338,6 @@ class SchedulingLoop:
         due = {k for k, t in self._recheck.items() if t <= now}
         for key in due:
             del self._recheck[key]
-        delay = record.status_delay(len(self.cache.assumed))
         for key in sorted(keys | due):
             job = self.cache.jobs.get(key)
             if job is None or job.deleting:
@@ -346,30 +345,25 @@ class SchedulingLoop:
             if key in self.writer.busy:
                 self._observe_again.add(key)
                 continue
-            assumed = self.cache.assumed.get(key)
-            note = assumed.note if assumed is not None else ""
+            a = self.cache.assumed.get(key)
+            rec = lifecycle.Recording(a.note, a.status_delay) if a is not None else lifecycle.Recording()
             pods = self.cache.pods_of(key, job.uid)
-            plan = lifecycle.observe(job, pods, now, self.config.failover, lifecycle.Recording(note, delay))
+            if (
+                a is not None
+                and job.status.phase not in PLACED_PHASES
+                and record.created_gang(job, pods) is None
+            ):
+                # The admission task is over and no complete gang records it (an error, or a worker
+                # deleted before the status was written): decide the job again.
+                self.cache.forget(key)
+            plan = lifecycle.observe(job, pods, now, self.config.failover, rec)
             if plan.recheck_at is not None:
                 self._recheck[key] = plan.recheck_at
             if plan and not self.writer.submit(key, partial(self._run_plan, job, plan, failed), minor=True):
                 self._observe_again.add(key)
-        self._forget_abandoned_admissions()
         orphans = self.cache.orphans()
         if orphans:
             self.writer.submit("orphans", partial(self.writer.delete_pods, [p.key for p in orphans], failed))
-
-    def _forget_abandoned_admissions(self) -> None:
-        """An assumption outlives its admission task only while the gang it created waits for its
-        status; if that gang is gone or incomplete (a worker deleted meanwhile), nothing records the
-        admission any more: drop the assumption so the job is decided again."""
-        for key in [k for k in self.cache.assumed if k not in self.writer.busy]:
-            job = self.cache.jobs.get(key)
-            if job is None or (
-                job.status.phase not in PLACED_PHASES
-                and record.created_gang(job, self.cache.pods_of(key, job.uid)) is None
-            ):
-                self.cache.forget(key)
 
     async def _run_plan(self, job: JobEntry, plan: lifecycle.Plan, failed: frozenset[str]) -> JobEntry:
         before = job.status.lost_gpu_seconds

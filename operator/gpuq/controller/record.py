@@ -23,9 +23,10 @@ from collections.abc import Sequence
 from gpuq.api.trainingjob import Phase
 from gpuq.controller.objects import JobEntry, PodEntry
 
-# How long a created gang's status may wait for its workers to run before it says Admitted; under
-# a burst (more gangs awaiting their status than BURST_GANGS) longer, so that most admissions cost
-# one status write while the API server is busiest (kubelets report Running later then, too).
+# How long a created gang's status may wait for its workers to run before it says Admitted; for a
+# gang admitted during a burst (more gangs awaiting their status than BURST_GANGS) longer, so that
+# most admissions cost one status write while the API server is busiest (kubelets report Running
+# later then, too).
 ADMITTED_STATUS_DELAY = 2.0
 BURST_STATUS_DELAY = 10.0
 BURST_GANGS = 64
