@@ -6,26 +6,15 @@ import asyncio
 import threading
 from typing import Any
 
+from builders import RecordingWriter
+
 from gpuq.controller import bodies as b
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.loop import SchedulingLoop
 from gpuq.controller.metrics import Metrics
-from gpuq.controller.writer import Writer
 from gpuq.core import SchedulerConfig
 from gpuq.core.decisions import Decisions
 from gpuq.core.model import Snapshot
-
-
-class RecordingWriter(Writer):
-    """Records what a cycle hands to the writer instead of calling the API."""
-
-    def __init__(self, cache: ClusterCache, metrics: Metrics) -> None:
-        super().__init__(None, cache, metrics, on_done=lambda: None)  # type: ignore[arg-type]
-        self.submitted: list[str] = []
-
-    def submit(self, key: str, work: Any, minor: bool = False) -> bool:
-        self.submitted.append(key)
-        return True
 
 
 def loop_with(schedule: Any) -> tuple[SchedulingLoop, RecordingWriter]:

@@ -3,28 +3,15 @@ held, not admitted again; one that loses a worker before its status is written i
 
 from __future__ import annotations
 
-from typing import Any
+from builders import RecordingWriter
 
 from gpuq.controller import bodies as b
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.loop import SchedulingLoop
 from gpuq.controller.metrics import Metrics
-from gpuq.controller.writer import Writer
 from gpuq.core import SchedulerConfig, schedule
 
 JOB = "team-a/a"
-
-
-class RecordingWriter(Writer):
-    """Records what a cycle hands to the writer instead of calling the API."""
-
-    def __init__(self, cache: ClusterCache, metrics: Metrics) -> None:
-        super().__init__(None, cache, metrics, on_done=lambda: None)  # type: ignore[arg-type]
-        self.submitted: list[str] = []
-
-    def submit(self, key: str, work: Any, minor: bool = False) -> bool:
-        self.submitted.append(key)
-        return True
 
 
 def test_an_unrecorded_gang_is_held_and_a_broken_one_is_decided_again() -> None:
