@@ -3,12 +3,14 @@ held, not admitted again; one that loses a worker before its status is written i
 
 from __future__ import annotations
 
+import pytest
 from builders import RecordingWriter
 
 from gpuq.controller import bodies as b
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.loop import SchedulingLoop
 from gpuq.controller.metrics import Metrics
+from gpuq.controller.writer import AdmissionFailed, Writer
 from gpuq.core import SchedulerConfig, schedule
 
 JOB = "team-a/a"
@@ -41,3 +43,18 @@ def test_an_unrecorded_gang_is_held_and_a_broken_one_is_decided_again() -> None:
     assert loop.cycle().admit == ()  # not while the leftover pod still holds n1's GPUs
     cache.delete_pod(gang[0])
     assert [a.job for a in loop.cycle().admit] == [JOB]  # then decided again
+
+
+async def test_an_admission_waits_for_leftovers_of_its_attempt_being_deleted() -> None:
+    """An abandoned admission's pods carry the next attempt's names: a new admission of that attempt
+    must not take a terminating one for its own."""
+    cache = ClusterCache()
+    ticks = iter(range(10_000))  # each look at the clock is 30 s later: the wait gives up quickly
+    writer = Writer(None, cache, Metrics(), on_done=lambda: None, clock=lambda: b.T0 + 30 * next(ticks))  # type: ignore[arg-type]
+    leftover = b.pod("a-1-0", node_name="n1", job_name="a", attempt=1, deleting=True)
+    cache.upsert_pod(leftover)
+    with pytest.raises(AdmissionFailed):  # the leftover never goes
+        await writer._wait_for_previous_pods(JOB, 1)
+    cache.delete_pod(leftover)
+    cache.upsert_pod(b.pod("a-1-0", node_name="n1", job_name="a", attempt=1))  # live, not leaving
+    await writer._wait_for_previous_pods(JOB, 1)  # returns: a live pod of the attempt is reused

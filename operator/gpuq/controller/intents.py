@@ -26,6 +26,11 @@ def _identity(job: JobEntry) -> dict[str, Any]:
     return {"gpus": w.replicas * w.gpus_per_worker, "observed_generation": job.generation}
 
 
+def admission_message(placement: tuple[str, ...]) -> str:
+    nodes = sorted(set(placement))
+    return f"admitted on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
+
+
 def admission_note(admit: Admit) -> str:
     """What the decision adds to the admission message (the placement itself is in the pods)."""
     return f"borrowing {admit.borrowed_gpus} GPUs from the cohort" if admit.borrowed_gpus else ""
@@ -42,8 +47,7 @@ def admit_status(
     """The status of an admission whose gang exists (gpuq.controller.record): the next attempt, its
     placement, and Running at once when every worker already runs."""
     s = job.status
-    nodes = sorted(set(placement))
-    msg = f"admitted on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
+    msg = admission_message(placement)
     if note:
         msg += f"; {note}"
     conds = st.with_condition(s.conditions, st.ADMITTED, True, "Admitted", msg, now)

@@ -293,26 +293,25 @@ class Writer:
                 log.warning("admission abandoned after API errors", job=job.key, error=str(exc))
                 self.cache.forget(job.key)
                 with contextlib.suppress(ApiError):
-                    await _all(self._delete_exact(key, uid) for key, uid in created.items())
+                    await self._take_back(created)
                 return
             await self._rollback(job, attempt, exc, created)
             return
         self.metrics.admitted(queued, decision, now)
-        nodes = sorted(set(decision.placement))
-        msg = f"admitted on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
-        await self.event(job, st.normal("Admitted", msg))
+        await self.event(job, st.normal("Admitted", intents.admission_message(decision.placement)))
         log.info(
             "admitted",
             job=job.key,
             queue=job.spec.queue if job.spec else None,
             attempt=attempt,
-            nodes=nodes,
+            nodes=sorted(set(decision.placement)),
             comm_cost=decision.comm_cost,
         )
 
     async def complete_admission(self, job: JobEntry) -> None:
-        """Finish an admission that was persisted but not carried out (an operator restart, a new
-        leader, or API errors that paused it)."""
+        """Recreate and bind the missing workers of an admission its status records (a worker deleted
+        or never bound before the gang ran, or an admission an older operator persisted before its
+        pods)."""
         placement = tuple(p.node for p in sorted(job.status.placement, key=lambda p: p.rank))
         created: dict[str, str] = {}
         try:
@@ -324,9 +323,12 @@ class Writer:
                 log.warning("admission still paused by API errors", job=job.key, error=str(exc))
 
     async def _wait_for_previous_pods(self, job: str, attempt: int) -> None:
-        """A re-placed gang starts only when the previous attempt's pods have left their nodes."""
+        """A re-placed gang starts only when the previous attempt's pods have left their nodes, and
+        so have pods of this attempt being deleted (left by an admission abandoned before its status
+        was written: they carry the same names, gpuq.controller.record)."""
         deadline = self.clock() + OLD_PODS_TIMEOUT
-        while any(p.live and p.attempt != attempt for p in self.cache.pods_of(job)):  # any incarnation
+        pods = self.cache.pods_of
+        while any(p.live and (p.attempt != attempt or p.deleting) for p in pods(job)):  # any incarnation
             if self.clock() > deadline:
                 raise AdmissionFailed("pods of the previous attempt did not terminate in time")
             await asyncio.sleep(0.1)
@@ -418,7 +420,7 @@ class Writer:
         why = exc.message if isinstance(exc, ApiError) else str(exc)
         log.warning("admission rolled back", job=job.key, attempt=attempt, error=why)
         self.metrics.rollbacks.inc()
-        await _all(self._delete_exact(key, uid) for key, uid in created.items())
+        await self._take_back(created)
         self.cache.forget(job.key)
         fresh = self.current(job) or job
         if isinstance(exc, ApiError) and exc.invalid:
@@ -439,6 +441,10 @@ class Writer:
             return
         fresh = await self.patch_job_status(fresh, intents.rollback_status(fresh, why, self.clock()))
         await self.event(fresh, st.warning("AdmissionRolledBack", fresh.status.message or why))
+
+    async def _take_back(self, created: dict[str, str]) -> None:
+        """Delete exactly the pods an admission created (key -> uid), never another writer's."""
+        await _all(self._delete_exact(key, uid) for key, uid in created.items())
 
     async def _delete_exact(self, key: str, uid: str) -> None:
         ns, _, name = key.partition("/")
