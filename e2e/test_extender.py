@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,6 +94,17 @@ class Setup:
             )
         return names
 
+    def reserved_for(self, ns: str, gang: str) -> set[str]:
+        """Nodes the operator's extender reports reserved for `gang` (decided, pods not created yet:
+        the only place that window shows, since the status follows the pods)."""
+        names = [n.metadata.name for n in self.core.list_node().items]
+        pod = {"spec": {"containers": [{"name": "probe", "resources": INFERENCE}]}}
+        body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
+        req = urllib.request.Request(f"{self.url}/filter", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            failed = json.load(resp)["FailedAndUnresolvableNodes"] or {}
+        return {node for node, why in failed.items() if f"{ns}/{gang}" in why}
+
     def nodes_of(self, ns: str, names: list[str]) -> dict[str, str | None]:
         return {n: self.core.read_namespaced_pod(n, ns).spec.node_name for n in names}
 
@@ -160,8 +172,8 @@ def aim_at_a_gang_being_bound(
 ) -> tuple[set[str], dict[str, str | None]]:
     """Submit a gang, and while gpuq holds its decided nodes unbound, create 4 one-GPU pods."""
     s.gpuq.submit(ns, gang, "q", 2, 8, annotations={SIM_DURATION: "600s"})
-    st = wait_for(lambda: s.gpuq.status(ns, gang).get("placement"), 30, f"{gang} admitted")
-    reserved = {p["node"] for p in st}
+    reserved = wait_for(lambda: s.reserved_for(ns, gang), 30, f"{gang} decided")
+    assert not s.gpuq.pods(ns, gang), "the gang's pods exist already: no window to aim at"
     pods = s.inference_pods(ns, 4, prefix)
     time.sleep(DELAY / 2)  # kube-scheduler has long decided; the gang's pods are not bound yet
     return reserved, s.nodes_of(ns, pods)

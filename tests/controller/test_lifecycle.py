@@ -196,3 +196,12 @@ def test_under_a_burst_the_status_waits_longer_for_running() -> None:
     assert burst > status_delay(1) == ADMITTED_STATUS_DELAY
     plan = observe(parse_job(queued()), starting, T0 + ADMITTED_STATUS_DELAY, CFG, Recording("", burst))
     assert not plan and plan.recheck_at == T0 + burst
+
+
+def test_a_job_admitted_before_its_waiting_phase_was_rewritten_is_recorded_too() -> None:
+    """A resumed job can be admitted while its status still says Suspended (or Preempted, once its
+    old pods are gone): its gang is the record all the same."""
+    for phase in ("Suspended", "Preempted"):
+        status = {"phase": phase, "attempt": 1}
+        plan = run(job("a", replicas=2, status=status), *gang_pods("a", ["n1", "n2"], attempt=2), now=T0 + 1)
+        assert plan.status["attempt"] == 2 and plan.status["phase"] == "Running", phase

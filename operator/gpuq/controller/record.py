@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuq.api.trainingjob import Phase
+from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES
 from gpuq.controller.objects import JobEntry, PodEntry
 
 # How long a created gang's status may wait for its workers to run before it says Admitted; for a
@@ -30,15 +30,13 @@ from gpuq.controller.objects import JobEntry, PodEntry
 ADMITTED_STATUS_DELAY = 2.0
 BURST_STATUS_DELAY = 10.0
 BURST_GANGS = 64
-# Phases a job may be admitted from (Recovering: re-placed after a failure).
-WAITING_PHASES = (None, "", Phase.QUEUED, Phase.RECOVERING)
 
 
 def created_gang(job: JobEntry, pods: Sequence[PodEntry]) -> tuple[str, ...] | None:
     """Nodes by rank of the next attempt's gang when every rank exists, bound and not being deleted
     (an admission whose status has not been written yet), else None. Workers that already finished
     count: the lifecycle takes it from there once the status records the attempt."""
-    if job.spec is None or job.status.phase not in WAITING_PHASES:
+    if job.spec is None or job.status.phase in (*PLACED_PHASES, *FINISHED_PHASES):
         return None
     attempt = job.status.attempt + 1
     by_rank: dict[int, str] = {}

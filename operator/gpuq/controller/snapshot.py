@@ -21,7 +21,7 @@ from gpuq.controller.objects import JobEntry, NodeEntry, QueueEntry, newer, pars
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
-from gpuq.controller.record import WAITING_PHASES, created_gang
+from gpuq.controller.record import created_gang
 from gpuq.controller.resources import pod_requests
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import PendingCode
@@ -620,7 +620,7 @@ def _job(
         topology=TopologyRequest(spec.topology.level, spec.topology.mode),
         # An admission whose status is not written yet (seconds old) is no victim: evicting it would
         # race its own status write (gpuq.controller.record).
-        preemptible=spec.preemptible and not (hold is not None and st.phase in WAITING_PHASES),
+        preemptible=spec.preemptible and not (hold is not None and hold.attempt > st.attempt),
         min_runtime_seconds=float(spec.min_runtime_seconds),
         checkpoint=Checkpoint(ckpt.time.timestamp(), ckpt.step, ckpt.path) if ckpt else None,
         running=Running(hold.placement, started) if hold else None,
