@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
 import re
@@ -59,6 +60,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +83,13 @@ SETTLE_S = 10.0  # no new Running job nor bound pod for this long: the run has s
 # (GPUs per job, replicas, probability): Philly-like, mostly single-GPU jobs.
 MIXES = {
     "philly": (
-        (1, 1, 0.70), (2, 1, 0.10), (4, 1, 0.08), (8, 1, 0.08), (8, 2, 0.02), (8, 4, 0.015), (8, 8, 0.005)
+        (1, 1, 0.70),
+        (2, 1, 0.10),
+        (4, 1, 0.08),
+        (8, 1, 0.08),
+        (8, 2, 0.02),
+        (8, 4, 0.015),
+        (8, 8, 0.005),
     ),
     "gangs": ((1, 1, 1 / 3), (8, 1, 1 / 3), (8, 4, 1 / 3)),
 }
@@ -125,14 +133,17 @@ def api_writes(dev: Cluster) -> Counter[str]:
 
 
 class Watcher:
-    """Client-side time each object first satisfied `seen` (name -> seconds, time.monotonic).
+    """Client-side time each object first satisfied each of the `seen` predicates (`firsts[i]`:
+    name -> seconds, time.monotonic; `first` is the first predicate's). One watch serves them all,
+    so a phase that times two stages costs the machine no more client work than one that times one.
 
     Lists, then watches from the list's resourceVersion; when the watch breaks (a 410 once the API
     server compacted past it, under load within seconds) it lists and watches again. An object seen
     first by such a relist is timed at the relist: late, never early."""
 
-    def __init__(self, list_func: Callable[..., Any], namespace: str, seen: Callable[[Any], bool]) -> None:
-        self.first: dict[str, float] = {}
+    def __init__(self, list_func: Callable[..., Any], namespace: str, *seen: Callable[[Any], bool]) -> None:
+        self.firsts: list[dict[str, float]] = [{} for _ in seen]
+        self.first = self.firsts[0]
         self.last_change = time.monotonic()
         self.relists = 0
         self._stopped = False
@@ -141,10 +152,11 @@ class Watcher:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _see(self, obj: Any, seen: Callable[[Any], bool]) -> None:
+    def _see(self, obj: Any, seen: tuple[Callable[[Any], bool], ...]) -> None:
         name = obj["metadata"]["name"] if isinstance(obj, dict) else obj.metadata.name
-        if name not in self.first and seen(obj):
-            self.first[name] = self.last_change = time.monotonic()
+        for first, pred in zip(self.firsts, seen, strict=True):
+            if name not in first and pred(obj):
+                first[name] = self.last_change = time.monotonic()
 
     def _run(self) -> None:
         list_func, namespace, seen = self._args
@@ -171,8 +183,40 @@ class Watcher:
         self._watch.stop()
 
 
+def pod_lister(core: k8s.CoreV1Api) -> Callable[..., Any]:
+    """list_namespaced_pod returning plain dicts, also to the watch: deserializing every event into
+    a V1Pod costs the client milliseconds of Python per event, and under a burst that delayed the
+    watch by seconds behind the API server (pods created at ~200/s arrived in lumps). No docstring
+    nor return annotation, so the watch does not deserialize."""
+
+    def list_pods(namespace, **kw):  # type: ignore[no-untyped-def]
+        if kw.get("watch"):
+            return core.list_namespaced_pod(namespace, **kw)
+        return json.loads(core.list_namespaced_pod(namespace, _preload_content=False, **kw).data)
+
+    return list_pods  # type: ignore[no-any-return]
+
+
+def server_drain_s(core: k8s.CoreV1Api, ns: str, t0_wall: float, created_bound: bool) -> float:
+    """Seconds from `t0_wall` to the last bind by the API server's clock (same host; timestamps are
+    truncated to the second, so the true value lies in [s, s + 1)): a pod's PodScheduled transition,
+    or its creationTimestamp when it was created already bound (gpuq). Unlike the watch's times it
+    has no delivery lag: under a burst the watch reached this client seconds behind the API server,
+    in lumps."""
+    last = 0.0
+    for pod in pod_lister(core)(ns)["items"]:
+        if not pod["spec"].get("nodeName"):
+            continue
+        at = pod["metadata"]["creationTimestamp"]
+        if not created_bound:
+            conds = (pod.get("status") or {}).get("conditions") or []
+            at = next((c["lastTransitionTime"] for c in conds if c["type"] == "PodScheduled"), at)
+        last = max(last, datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp())
+    return max(0.0, last - t0_wall)
+
+
 def pod_bound(pod: Any) -> bool:
-    return bool(pod.spec.node_name)
+    return bool(pod["spec"].get("nodeName"))
 
 
 def job_seen(phases: tuple[str, ...]) -> Callable[[Any], bool]:
@@ -236,9 +280,9 @@ def measure_gpuq(
     def list_jobs(namespace: str, **kw: Any) -> Any:  # no docstring: the watch yields plain dicts
         return custom.list_namespaced_custom_object(meta.GROUP, meta.VERSION, namespace, "trainingjobs", **kw)
 
-    admitted = Watcher(list_jobs, NS_GPUQ, job_seen(("Admitted", "Running")))
-    running = Watcher(list_jobs, NS_GPUQ, job_seen(("Running",)))
-    bound = Watcher(gpuq.core.list_namespaced_pod, NS_GPUQ, pod_bound)
+    jobs_seen = Watcher(list_jobs, NS_GPUQ, job_seen(("Admitted", "Running")), job_seen(("Running",)))
+    admitted, running = jobs_seen.firsts
+    bound = Watcher(pod_lister(gpuq.core), NS_GPUQ, pod_bound)
     assert op.proc is not None
     pid = op.proc.pid
     cpu0 = cpu_seconds(pid)
@@ -255,33 +299,36 @@ def measure_gpuq(
         op.pause()  # frozen while the backlog is created, as kube-scheduler is in its phase
     in_pool(submit, enumerate(mix))
     t_submitted = time.monotonic()
+    t0_wall = time.time() - (time.monotonic() - t_submit)
     if backlog:
         op.resume()
+        t0_wall = time.time()
     t0 = time.monotonic() if backlog else t_submit
-    for w in (running, bound):
+    for w in (jobs_seen, bound):
         w.last_change = max(w.last_change, t0)  # settling counts from when the scheduler could act
-    wait_settled([running, bound], lambda: len(running.first) == jobs, timeout)
+    wait_settled([jobs_seen, bound], lambda: len(running) == jobs, timeout)
     cpu = cpu_seconds(pid) - cpu0
     rss = peak_rss_mib(pid)
-    for w in (admitted, running, bound):
+    for w in (jobs_seen, bound):
         w.stop()
-    latencies = [running.first[j] - max(submitted[j], t0) for j in running.first]
+    latencies = [running[j] - max(submitted[j], t0) for j in running]
     pods_total = sum(r for r, _ in mix)
     return {
         "jobs": jobs,
         "pods_total": pods_total,
         "gpus_total": sum(r * g for r, g in mix),
         "submit_s": t_submitted - t_submit,
-        "admitted": len(admitted.first),
-        "admitted_rate": len(admitted.first) / max(max(admitted.first.values(), default=t0) - t0, 1e-9),
-        "running": len(running.first),
-        "running_gpus": sum(r * g for i, (r, g) in enumerate(mix) if f"j{i:04d}" in running.first),
+        "admitted": len(admitted),
+        "admitted_rate": len(admitted) / max(max(admitted.values(), default=t0) - t0, 1e-9),
+        "running": len(running),
+        "running_gpus": sum(r * g for i, (r, g) in enumerate(mix) if f"j{i:04d}" in running),
         "bound": len(bound.first),
         "bound_rate": len(bound.first) / max(max(bound.first.values(), default=t0) - t0, 1e-9),
         "p50": percentile(latencies, 50) if latencies else float("nan"),
         "p99": percentile(latencies, 99) if latencies else float("nan"),
         "cpu": cpu,
         "rss": rss,
+        "server_s": server_drain_s(gpuq.core, NS_GPUQ, t0_wall, created_bound=True),
     }
 
 
@@ -311,12 +358,12 @@ def drain(
     items: int,
     timeout: float,
     backlog: bool,
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
     """Pods bound per second in `ns` once the pool has run `create` for each of `items`: from the
     resume of the `frozen` components (backlog) or the first create, until `pods` are bound (or
-    timeout). Returns the rate and the pods bound."""
-    bound = Watcher(core.list_namespaced_pod, ns, pod_bound)
-    t0 = time.monotonic()
+    timeout). Returns the rate, the pods bound and the server-side drain (`server_drain_s`)."""
+    bound = Watcher(pod_lister(core), ns, pod_bound)
+    t0, t0_wall = time.monotonic(), time.time()
     if backlog:
         for c in frozen:
             dev.pause_component(c)
@@ -326,17 +373,18 @@ def drain(
         if backlog:
             for c in frozen:
                 dev.resume_component(c)
-            t0 = time.monotonic()
+            t0, t0_wall = time.monotonic(), time.time()
     with contextlib.suppress(TimeoutError):
         wait_for(lambda: len(bound.first) >= pods, timeout, f"{', '.join(frozen)} binding the pods", 0.1)
     bound.stop()
     done = len(bound.first)
-    return done / max(max(bound.first.values(), default=t0) - t0, 1e-9), done
+    rate = done / max(max(bound.first.values(), default=t0) - t0, 1e-9)
+    return rate, done, server_drain_s(core, ns, t0_wall, created_bound=False)
 
 
 def measure_scheduler(
     dev: Cluster, core: k8s.CoreV1Api, ns: str, n: int, timeout: float, backlog: bool
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
     """Pods bound per second by kube-scheduler, the pool creating plain pods."""
 
     def create(i: int) -> None:
@@ -363,7 +411,7 @@ def indexed_job(name: str, replicas: int) -> dict[str, Any]:
 
 def measure_jobs(
     dev: Cluster, api: k8s.ApiClient, ns: str, mix: list[tuple[int, int]], timeout: float, backlog: bool
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
     """Pods bound per second when batch/v1 Jobs are the workload: the Job controller creates the
     pods, kube-scheduler binds them (both frozen while the pool creates the Jobs)."""
     batch = k8s.BatchV1Api(api)
@@ -415,8 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cluster up in {time.monotonic() - t_up:.0f} s", flush=True)
     op = None
     raws: list[tuple[float, Counter[str]]] = []
-    scheds: list[tuple[tuple[float, int], Counter[str]]] = []
-    jobs: list[tuple[tuple[float, int], Counter[str]]] = []
+    scheds: list[tuple[tuple[float, int, float], Counter[str]]] = []
+    jobs: list[tuple[tuple[float, int, float], Counter[str]]] = []
     try:
         cfg = k8s.Configuration()
         k8s_config.load_kube_config(config_file=str(dev.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -467,10 +515,11 @@ def main(argv: list[str] | None = None) -> int:
         dev.down()
 
     raw = sum(r for r, _ in raws) / len(raws)
-    sched = sum(s for (s, _), _ in scheds) / len(scheds)
-    sched_done = min(d for (_, d), _ in scheds)
-    jobs_rate = sum(s for (s, _), _ in jobs) / len(jobs)
-    jobs_done = min(d for (_, d), _ in jobs)
+    sched = sum(s for (s, _, _), _ in scheds) / len(scheds)
+    sched_done = min(d for (_, d, _), _ in scheds)
+    sched_server = sum(t for (_, _, t), _ in scheds) / len(scheds)
+    jobs_rate = sum(s for (s, _, _), _ in jobs) / len(jobs)
+    jobs_done = min(d for (_, d, _), _ in jobs)
     bound = max(g["bound"], 1)
 
     def per_pod(writes: Counter[str], pods: int) -> float:
@@ -503,13 +552,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ratio  gpuq / raw              {g['bound_rate'] / raw:8.2f}")
     print(f"ratio  gpuq / kube-scheduler   {g['bound_rate'] / sched:8.2f}")
     print(f"ratio  gpuq / Jobs + k-sched   {g['bound_rate'] / jobs_rate:8.2f}")
+    g_s, k_s = g["server_s"], sched_server
+    print(
+        "server clock (no watch lag; 1 s resolution): last bind after the resume "
+        f"gpuq {g_s:.1f} s, kube-scheduler {scheds[0][0][2]:.1f} / {scheds[1][0][2]:.1f} s (before/after), "
+        "each +0-1 s; "
+        f"ratio gpuq / kube-scheduler {(k_s + 0.5) / (g_s + 0.5):.2f} "
+        f"(bounds {k_s / (g_s + 1):.2f}-{(k_s + 1) / max(g_s, 1e-9):.2f})"
+    )
     print("API writes per bound pod (all clients, apiserver_request_total)")
-    print(f"  gpuq           {per_pod(g_writes, bound):5.2f}   " + ", ".join(
-        f"{res or '?'} {c / bound:.2f}" for res, c in g_writes.most_common(8)
-    ))
+    print(
+        f"  gpuq           {per_pod(g_writes, bound):5.2f}   "
+        + ", ".join(f"{res or '?'} {c / bound:.2f}" for res, c in g_writes.most_common(8))
+    )
     print(f"  raw            {sum(per_pod(w, n) for _, w in raws) / len(raws):5.2f}")
-    print(f"  kube-scheduler {sum(per_pod(w, max(d, 1)) for (_, d), w in scheds) / len(scheds):5.2f}")
-    print(f"  Jobs + k-sched {sum(per_pod(w, max(d, 1)) for (_, d), w in jobs) / len(jobs):5.2f}")
+    print(f"  kube-scheduler {sum(per_pod(w, max(d, 1)) for (_, d, _), w in scheds) / len(scheds):5.2f}")
+    print(f"  Jobs + k-sched {sum(per_pod(w, max(d, 1)) for (_, d, _), w in jobs) / len(jobs):5.2f}")
     print(f"\nreproduce: .venv/bin/python {cmd}".rstrip())
     return 0
 

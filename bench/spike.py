@@ -41,6 +41,7 @@ from e2e_throughput import (
     job_seen,
     peak_rss_mib,
     pod_bound,
+    pod_lister,
 )
 from gpuq import logs
 from gpuq.api import meta
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             )
 
         admitted = Watcher(list_jobs, NS_GPUQ, job_seen(("Admitted", "Running")))
-        bound = Watcher(gpuq.core.list_namespaced_pod, NS_GPUQ, pod_bound)
+        bound = Watcher(pod_lister(gpuq.core), NS_GPUQ, pod_bound)
         submitted: dict[str, float] = {}
 
         def submit(item: tuple[int, tuple[int, int]]) -> None:

@@ -198,6 +198,17 @@ def test_under_a_burst_the_status_waits_longer_for_running() -> None:
     assert not plan and plan.recheck_at == T0 + burst
 
 
+def test_under_a_burst_the_status_waits_out_the_delay_even_when_the_workers_run() -> None:
+    """Binding the burst goes first: one status write per gang, after the delay, saying Running."""
+    running = [parse_pod(p) for p in gang_pods("a", ["n1", "n2"])]
+    burst = Recording("", status_delay(BURST_GANGS + 1))
+    early = observe(parse_job(queued()), running, T0 + 1, CFG, burst)
+    assert not early and early.recheck_at == T0 + burst.status_delay
+    late = observe(parse_job(queued()), running, T0 + burst.status_delay, CFG, burst)
+    assert late.status["phase"] == "Running" and late.status["attempt"] == 1
+    assert late.status["admittedAt"] == iso(T0) and late.recheck_at is None
+
+
 def test_a_job_admitted_before_its_waiting_phase_was_rewritten_is_recorded_too() -> None:
     """A resumed job can be admitted while its status still says Suspended (or Preempted, once its
     old pods are gone): its gang is the record all the same."""

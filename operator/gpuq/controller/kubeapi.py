@@ -16,7 +16,6 @@ Every response also feeds `clock`, the API server's clock as seen from here (gpu
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import ssl
 import time
@@ -28,6 +27,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
 
 from gpuq.api import meta
 from gpuq.controller.clock import ServerClock
@@ -325,7 +325,7 @@ class KubeApi:
             async with self._client().request(
                 method,
                 self.creds.host + path,
-                json=body,
+                data=None if body is None else orjson.dumps(body),  # several times faster than json
                 params=params,
                 headers=self._headers(content_type),
                 timeout=aiohttp.ClientTimeout(total=timeout or self.policy.timeout),
@@ -341,7 +341,7 @@ class KubeApi:
             raise ApiError(UNAVAILABLE, "Unavailable", f"{type(exc).__name__}: {exc}") from None
         self._answered(method, status)
         try:
-            data = json.loads(raw) if raw else {}
+            data = orjson.loads(raw) if raw else {}
         except ValueError:
             data = {"message": raw[:200].decode(errors="replace")}
         if status >= 400:
@@ -407,7 +407,7 @@ class KubeApi:
                 if resp.status >= 400:
                     raw = await resp.read()
                     try:
-                        data = json.loads(raw) if raw else {}
+                        data = orjson.loads(raw) if raw else {}
                     except ValueError:
                         data = {}
                     raise ApiError(
@@ -415,11 +415,12 @@ class KubeApi:
                     )
                 buf = b""
                 async for chunk in resp.content.iter_any():  # lines can exceed readline's limit
-                    buf += chunk
-                    while (end := buf.find(b"\n")) >= 0:
-                        line, buf = buf[:end], buf[end + 1 :]
+                    # One split per chunk: a burst delivers many events per chunk, and cutting them
+                    # off the buffer one at a time copies the rest of it for each.
+                    *lines, buf = (buf + chunk).split(b"\n")
+                    for line in lines:
                         if line.strip():
-                            yield json.loads(line)
+                            yield orjson.loads(line)
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise ApiError(UNAVAILABLE, "Unavailable", f"watch: {type(exc).__name__}: {exc}") from None
 

@@ -302,13 +302,14 @@ def _record_admission(
     rec: Recording,
 ) -> Plan:
     """The status of a gang created without one (gpuq.controller.record): Running as soon as every
-    worker runs, Admitted once the status delay has passed without that."""
+    worker runs, Admitted once the status delay has passed without that; a gang admitted in a burst
+    waits out its delay either way (the API server's time goes to binding the burst first)."""
     attempt = job.status.attempt + 1
     stale = tuple(p.key for p in pods if p.live and not p.deleting and p.attempt != attempt)
     running = all(p.phase in ("Running", "Succeeded") for p in pods if p.attempt == attempt)
     since = record.gang_created_at(job, pods) or now
     deadline = since + rec.status_delay
-    if not running and now < deadline:
+    if now < deadline and (not running or record.in_burst(rec.status_delay)):
         return Plan(job.key, st.patch(job.status, **fields), events, stale, recheck_at=deadline)
     status = {**st.patch(job.status, **fields), **admit_status(job, gang, since, now, running, rec.note)}
     return Plan(job.key, status, events, stale)

@@ -46,6 +46,10 @@ BUSY_RETRY_SECONDS = 1.0  # a pending job's status update skipped while a write 
 ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
 MAX_PAUSE_SECONDS = 1.0  # load-adaptive pacing never delays a cycle by more than this
 PACE_FACTOR = 2.0  # under load, wait this many times the last cycle's duration before the next
+# While decided admissions wait for a slot in the writer, a cycle cannot bind anything sooner: it
+# would rebuild the snapshot for status updates alone, CPU the API server (on the same machine,
+# often) needs for the pods. Cycles then come at most this often.
+BACKLOG_PAUSE_SECONDS = 0.5
 
 
 @dataclasses.dataclass
@@ -184,8 +188,10 @@ class SchedulingLoop:
     def _pause(self) -> float:
         """The wait before a cycle: the debounce, or twice as long as the last cycle took, whichever
         is longer, so under load cycles take at most a third of a core and the writer, the watches
-        and the API server (on the same machine, often) keep the rest."""
-        return max(self.debounce, min(PACE_FACTOR * self._last_cycle_s, MAX_PAUSE_SECONDS))
+        and the API server (on the same machine, often) keep the rest; while the writer has a backlog
+        of admissions, at most every BACKLOG_PAUSE_SECONDS."""
+        pause = max(self.debounce, min(PACE_FACTOR * self._last_cycle_s, MAX_PAUSE_SECONDS))
+        return max(pause, BACKLOG_PAUSE_SECONDS) if self.writer.admissions_waiting else pause
 
     # -- one cycle ----------------------------------------------------------------------------
     def cycle(self) -> Decisions:

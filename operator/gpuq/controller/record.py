@@ -3,9 +3,11 @@
 An admission creates the attempt's pods already bound (named <job>-<attempt>-<rank>, labelled with
 the attempt and rank, owned by the job) and writes no status before them: the complete set of
 pods *is* the durable record of the admission. The status follows in one write once the workers run
-(phase Running), or after ADMITTED_STATUS_DELAY (BURST_STATUS_DELAY under a burst) with phase
-Admitted if they are still starting, so a gang whose workers start quickly costs one status write
-instead of two.
+(phase Running), or after ADMITTED_STATUS_DELAY with phase Admitted if they are still starting, so a
+gang whose workers start quickly costs one status write instead of two. A gang admitted in a burst
+(more than BURST_GANGS others awaiting their status) waits BURST_STATUS_DELAY whether its workers
+run or not: a custom resource's status write costs the API server about twice a pod create, and
+while the burst is being bound that time is better spent on pods (docs/throughput.md).
 
 Why it is safe to stop the operator at any moment (docs/api.md, "TrainingJob lifecycle"):
 - pods complete and bound, no status yet: `created_gang` finds them; the snapshot counts them as the
@@ -61,3 +63,8 @@ def gang_created_at(job: JobEntry, pods: Sequence[PodEntry]) -> float | None:
 def status_delay(awaiting: int) -> float:
     """The wait for Running before Admitted is written, given how many gangs await their status."""
     return BURST_STATUS_DELAY if awaiting > BURST_GANGS else ADMITTED_STATUS_DELAY
+
+
+def in_burst(delay: float) -> bool:
+    """Whether a gang was admitted in a burst (its status then waits out the delay)."""
+    return delay >= BURST_STATUS_DELAY

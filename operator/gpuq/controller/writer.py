@@ -85,6 +85,7 @@ class Writer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._instance = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", "gpuq")
         self._admissions = asyncio.Semaphore(ADMISSIONS_IN_FLIGHT)
+        self.admissions_waiting = 0  # admissions decided and assumed, waiting for a slot to create pods
         self._normal_events = TokenBucket(NORMAL_EVENTS_PER_SECOND, NORMAL_EVENTS_BURST)
 
     # -- task management -----------------------------------------------------------------------
@@ -281,8 +282,15 @@ class Writer:
             await asyncio.sleep(self.admission_delay)  # test hook: widen the decide -> bind window
         try:
             await self._wait_for_previous_pods(job.key, attempt)
-            async with self._admissions:
+            self.admissions_waiting += 1
+            try:
+                await self._admissions.acquire()
+            finally:
+                self.admissions_waiting -= 1
+            try:
                 await self._ensure_gang(job, attempt, decision.placement, created)
+            finally:
+                self._admissions.release()
         except NotLeader:
             self.cache.forget(job.key)  # whatever it created is the next leader's to adopt or delete
             raise
