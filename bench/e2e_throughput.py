@@ -33,7 +33,8 @@ pods), gpuq with its defaults, the same 200/400 (it creates the pods, writes job
 places); the pool's clients are unlimited.
 Order: raw, scheduler, jobs, gpuq, jobs, scheduler, raw. The store only grows during a run, so each baseline
 runs once before and once after gpuq and the mean of the two is compared (neither side gets the
-emptier API server).
+emptier API server). Each phase starts once the API server takes fewer than 20 writes a second,
+so no phase pays for the previous one's trailing Events and status writes.
 
 Writes per bound pod: mutating requests (POST/PUT/PATCH/DELETE) the API server counted during each
 phase (apiserver_request_total), from every client (the submitter, gpuq or kube-scheduler, kwok's
@@ -80,6 +81,7 @@ NS_GPUQ = "bench-gpuq"
 QUEUE = "bench"
 THREADS = 8
 SETTLE_S = 10.0  # no new Running job nor bound pod for this long: the run has settled
+QUIET_WRITES_PER_S = 20  # a phase starts once the API server takes fewer writes a second than this
 # (GPUs per job, replicas, probability): Philly-like, mostly single-GPU jobs.
 MIXES = {
     "philly": (
@@ -424,8 +426,24 @@ def measure_jobs(
     return drain(dev, k8s.CoreV1Api(api), ns, pods, frozen, create, len(mix), timeout, backlog)
 
 
+def quiesce(dev: Cluster, below: int = QUIET_WRITES_PER_S, timeout: float = 60.0) -> None:
+    """Wait until the API server takes fewer than `below` writes a second (Leases aside): the
+    previous phase's stragglers (the Job controller's and kube-scheduler's Events and status
+    writes, flushed at their own rate limits) would otherwise land in, and tax, the next phase."""
+    deadline = time.monotonic() + timeout
+    last = sum(api_writes(dev).values())
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = sum(api_writes(dev).values())
+        if now - last < below:
+            return
+        last = now
+
+
 def phase(dev: Cluster, run: Callable[[], Any]) -> tuple[Any, Counter[str]]:
-    """Run one measurement; also return the API writes it caused, by resource."""
+    """Run one measurement once the API server is quiet; also return the API writes it caused, by
+    resource."""
+    quiesce(dev)
     before = api_writes(dev)
     out = run()
     time.sleep(2)  # let trailing status updates (kwok, the controller-manager) land in this phase
