@@ -10,7 +10,7 @@ from builders import RecordingWriter
 
 from gpuq.controller import bodies as b
 from gpuq.controller.cache import ClusterCache
-from gpuq.controller.loop import SchedulingLoop
+from gpuq.controller.loop import BACKLOG_PAUSE_SECONDS, SchedulingLoop
 from gpuq.controller.metrics import Metrics
 from gpuq.core import SchedulerConfig
 from gpuq.core.decisions import Decisions
@@ -66,3 +66,14 @@ async def test_a_job_the_core_fails_on_is_quarantined_and_the_rest_scheduled() -
     assert sorted(calls[0]) == ["team/a", "team/bad"]
     assert calls[-1] == ["team/a"]  # the last run is the real one, without the culprit
     assert "team/bad" in loop.quarantine.active({"team/a": 1, "team/bad": 1})
+
+
+def test_cycles_slow_down_while_admissions_wait_for_the_writer() -> None:
+    """With admissions queued behind the writer's slots, a cycle could bind nothing sooner: the loop
+    waits BACKLOG_PAUSE_SECONDS; without a backlog, only the debounce."""
+    loop, writer = loop_with(lambda snap, now, cfg: Decisions())
+    assert loop._pause() == loop.debounce < BACKLOG_PAUSE_SECONDS
+    writer.admissions_waiting = 3
+    assert loop._pause() == BACKLOG_PAUSE_SECONDS
+    writer.admissions_waiting = 0
+    assert loop._pause() == loop.debounce
