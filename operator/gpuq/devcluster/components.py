@@ -100,7 +100,8 @@ def apiserver_argv(bin_dir: Path, pki: Pki, ports: Ports) -> list[str]:
         # The `kubernetes` Service cannot point at a loopback address (EndpointSlice validation rejects
         # it), and nothing in-cluster needs to reach the API server through it.
         "--endpoint-reconciler-type=none",
-        "--profiling=false",
+        # GPUQ_APISERVER_PROFILING=1 serves /debug/pprof (how docs/throughput.md profiled a drain).
+        f"--profiling={'true' if os.environ.get('GPUQ_APISERVER_PROFILING') == '1' else 'false'}",
     ]
 
 
