@@ -144,3 +144,13 @@ def test_an_admission_made_in_a_burst_lets_its_status_wait_longer() -> None:
         cache.assume(f"team-a/j{i}", 1, ("n1",), T0)
     assert cache.assumed["team-a/j0"].status_delay == ADMITTED_STATUS_DELAY
     assert cache.assumed[f"team-a/j{BURST_GANGS + 1}"].status_delay == BURST_STATUS_DELAY
+
+
+def test_an_admission_decided_with_a_large_batch_is_part_of_the_burst_from_the_first() -> None:
+    from gpuq.controller.record import ADMITTED_STATUS_DELAY, BURST_GANGS, BURST_STATUS_DELAY
+
+    cache = ClusterCache()
+    cache.assume("team-a/first", 1, ("n1",), T0, decided_with=BURST_GANGS + 1)
+    cache.assume("team-a/small", 1, ("n1",), T0, decided_with=BURST_GANGS)
+    assert cache.assumed["team-a/first"].status_delay == BURST_STATUS_DELAY
+    assert cache.assumed["team-a/small"].status_delay == ADMITTED_STATUS_DELAY

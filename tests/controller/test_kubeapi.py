@@ -118,6 +118,21 @@ async def test_the_lease_never_queues_behind_writes_and_refused_writes_take_no_t
         assert api.limiter.waited == 0.0
 
 
+async def test_events_have_a_rate_budget_of_their_own(fake: FakeApi, server: TestServer) -> None:
+    """Like client-go's event recorders: a backlog of pod creates must not delay Events, nor
+    Events spend the tokens pods need."""
+    events = "/api/v1/namespaces/ns/events"
+    fake.on("POST", events, Reply(201, {}))
+    async with client(server, qps=1.0, burst=1) as api:
+        api.limiter.reserve()
+        api.limiter.reserve()  # writes in debt: the next one would wait about a second
+        tokens = api.limiter._tokens
+        await api.create_event("ns", {"reason": "Admitted"})
+        assert api.limiter._tokens == tokens and api.limiter.waited == 0.0
+        assert api.event_limiter._tokens < 1.0  # the event paid its own bucket
+    assert len(fake.requests("POST", events)) == 1
+
+
 async def test_preconditions_are_sent(fake: FakeApi, server: TestServer) -> None:
     fake.on("PATCH", f"{PATH}/p/status", Reply(200, {}))
     fake.on("DELETE", f"{PATH}/p", Reply(200, {}))

@@ -3,6 +3,8 @@ held, not admitted again; one that loses a worker before its status is written i
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from builders import RecordingWriter
 
@@ -58,3 +60,28 @@ async def test_an_admission_waits_for_leftovers_of_its_attempt_being_deleted() -
     cache.delete_pod(leftover)
     cache.upsert_pod(b.pod("a-1-0", node_name="n1", job_name="a", attempt=1))  # live, not leaving
     await writer._wait_for_previous_pods(JOB, 1)  # returns: a live pod of the attempt is reused
+
+
+def test_each_admission_of_a_cycle_knows_how_many_were_decided_with_it() -> None:
+    """So the first gangs of a burst are part of it too (their status waits; gpuq.controller.record),
+    though the writer assumes them one at a time."""
+    cache = ClusterCache()
+    cache.replace("namespace", [b.namespace("team-a")], "1")
+    cache.replace("node", [b.node(f"n{i}") for i in range(3)], "1")
+    cache.replace("queue", [b.queue("q", nominal=64)], "1")
+    jobs = [b.job(f"j{i}", replicas=1, gpus=1, status={"phase": "Queued", "attempt": 0}) for i in range(20)]
+    cache.replace("job", jobs, "1")
+    cache.replace("pod", [], "1")
+    metrics = Metrics()
+    batch: dict[str, int] = {}
+
+    class Recorder(RecordingWriter):
+        def submit(self, key: str, work: Any, minor: bool = False) -> bool:
+            if key.startswith("team-a/"):  # not the queue's status
+                batch[key] = work.args[-1]  # partial(admit, job, decision, decided_with)
+            return True
+
+    loop = SchedulingLoop(cache, Recorder(cache, metrics), SchedulerConfig(), metrics, schedule, lambda: b.T0)
+    admitted = loop.cycle().admit
+    assert len(admitted) == 20
+    assert batch == {a.job: 19 for a in admitted}

@@ -260,10 +260,19 @@ class ClusterCache:
             self.deleted_jobs[gone.uid] = key
             self._changed()
 
-    def assume(self, job: str, attempt: int, placement: tuple[str, ...], now: float, note: str = "") -> None:
+    def assume(
+        self,
+        job: str,
+        attempt: int,
+        placement: tuple[str, ...],
+        now: float,
+        note: str = "",
+        decided_with: int = 0,
+    ) -> None:
         """Count an admission before the API records it; one made while many others await their
-        status (a burst) lets its status wait longer for Running (gpuq.controller.record)."""
-        delay = status_delay(len(self.assumed))
+        status, or decided in one cycle with many others (`decided_with`), is part of a burst and
+        lets its status wait longer for Running (gpuq.controller.record)."""
+        delay = status_delay(max(len(self.assumed), decided_with))
         self.assumed[job] = Assumed(attempt, placement, now, note, delay)
         self._changed()
 

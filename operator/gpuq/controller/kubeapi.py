@@ -226,6 +226,9 @@ class KubeApi:
         self.fence: Callable[[], bool] | None = None  # set by leader election: may this process write?
         self.observe = observe or (lambda _verb, _status: None)  # metrics: one call per answer
         self.limiter = TokenBucket(self.policy.qps, self.policy.burst)
+        # Events get a bucket of their own, as client-go's event recorders do (kube-scheduler and
+        # controller-runtime build a separate client for them): Events must not delay pods.
+        self.event_limiter = TokenBucket(self.policy.qps, self.policy.burst)
         self.retries = 0
         self.answers: Counter[int] = Counter()  # HTTP status of every answer (0: none)
         self._session: aiohttp.ClientSession | None = None
@@ -284,11 +287,13 @@ class KubeApi:
         retries: int | None = None,
         timeout: float | None = None,
         limited: bool = True,
+        limiter: TokenBucket | None = None,
     ) -> dict[str, Any]:
         """One API call under the error policy. `fenced=False` only for writes about the operator
         itself (its Lease, its own pod's leader label), never for the cluster it schedules.
         `limited=False` (the Lease only) skips the rate limiter: a renewal must never wait behind a
-        backlog of writes, or the fence closes while the backlog waits for it."""
+        backlog of writes, or the fence closes while the backlog waits for it. `limiter`: another
+        bucket than the client's (Events)."""
         writes = method != "GET" and fenced
         limit = self.policy.max_retries if retries is None else retries
         attempt = 0
@@ -296,7 +301,7 @@ class KubeApi:
             if writes and not self.may_write():  # before queueing: a refused write takes no token
                 raise NotLeader(f"{method} {path}: not the leader")
             if limited:
-                await self.limiter.acquire()
+                await (limiter or self.limiter).acquire()
             # Again after every wait (the rate limiter's too): the request goes out right after.
             if writes and not self.may_write():
                 raise NotLeader(f"{method} {path}: not the leader")
@@ -426,6 +431,10 @@ class KubeApi:
 
     async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.request("POST", path, body)
+
+    async def create_event(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        path = f"/api/v1/namespaces/{namespace}/events"
+        return await self.request("POST", path, body, limiter=self.event_limiter)
 
     async def replace(
         self, path: str, body: Mapping[str, Any], *, fenced: bool = True, **kw: Any

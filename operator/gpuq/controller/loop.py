@@ -522,7 +522,9 @@ class SchedulingLoop:
             job = self.cache.jobs.get(a.job)
             if job is None or job.spec is None or a.job in self.writer.busy:
                 continue
-            self.writer.submit(a.job, partial(self.writer.admit, job, a))
+            # The whole batch is known now; the writer's tasks assume one at a time, so without
+            # it the first BURST_GANGS of a burst would each cost a status write mid-burst.
+            self.writer.submit(a.job, partial(self.writer.admit, job, a, len(admits) - 1))
         for p in d.preempt:
             self._start_preemption(p, now, failed)
         refresh: list[tuple[int, str, JobEntry, dict[str, Any]]] = []

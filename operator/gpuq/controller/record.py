@@ -5,9 +5,10 @@ the attempt and rank, owned by the job) and writes no status before them: the co
 pods *is* the durable record of the admission. The status follows in one write once the workers run
 (phase Running), or after ADMITTED_STATUS_DELAY with phase Admitted if they are still starting, so a
 gang whose workers start quickly costs one status write instead of two. A gang admitted in a burst
-(more than BURST_GANGS others awaiting their status) waits BURST_STATUS_DELAY whether its workers
-run or not: a custom resource's status write costs the API server about twice a pod create, and
-while the burst is being bound that time is better spent on pods (docs/throughput.md).
+(more than BURST_GANGS others awaiting their status, or decided in the same cycle) waits
+BURST_STATUS_DELAY whether its workers run or not: a custom resource's status write costs the API
+server about twice a pod create, and while the burst is being bound that time is better spent on
+pods (docs/throughput.md).
 
 Why it is safe to stop the operator at any moment (docs/api.md, "TrainingJob lifecycle"):
 - pods complete and bound, no status yet: `created_gang` finds them; the snapshot counts them as the

@@ -201,7 +201,7 @@ class Writer:
             "count": 1,
         }
         try:
-            await self.api.create(f"/api/v1/namespaces/{namespace}/events", body)
+            await self.api.create_event(namespace, body)
         except ApiError as exc:
             log.warning("event not posted", kind=kind, name=name, reason=ev.reason, error=str(exc))
 
@@ -268,15 +268,17 @@ class Writer:
         fresh = self.cache.jobs.get(job.key)
         return fresh if fresh is not None and fresh.uid == job.uid and not fresh.deleting else None
 
-    async def admit(self, job: JobEntry, decision: Admit) -> None:
-        """Create the gang's pods, bound; the status follows from them (gpuq.controller.record)."""
+    async def admit(self, job: JobEntry, decision: Admit, decided_with: int = 0) -> None:
+        """Create the gang's pods, bound; the status follows from them (gpuq.controller.record).
+        `decided_with`: how many other admissions the same cycle decided (a burst, if many)."""
         fresh = self.current(job)
         if fresh is None or fresh.status.phase in (*PLACED_PHASES, *FINISHED_PHASES):
             return  # deleted, or placed/finished since the decision: the next cycle decides again
         job = queued = fresh  # queued: its status before admission says since when it waited
         now = self.clock()
         attempt = job.status.attempt + 1
-        self.cache.assume(job.key, attempt, decision.placement, now, intents.admission_note(decision))
+        note = intents.admission_note(decision)
+        self.cache.assume(job.key, attempt, decision.placement, now, note, decided_with)
         created: dict[str, str] = {}
         if self.admission_delay:
             await asyncio.sleep(self.admission_delay)  # test hook: widen the decide -> bind window
