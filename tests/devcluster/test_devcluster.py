@@ -130,3 +130,22 @@ def test_stop_ends_the_process_and_a_reused_pid_is_not_ours(tmp_path: Path) -> N
     assert not alive(rec)
     with pytest.raises(ProcessLookupError):  # gone and reaped, not a zombie
         os.kill(rec.pid, 0)
+
+
+def test_the_audit_log_for_benchmarks_records_only_pod_creates_and_bindings(tmp_path: Path) -> None:
+    from gpuq.devcluster import components as comp
+    from gpuq.devcluster.paths import ClusterPaths
+    from gpuq.devcluster.pki import Pki
+
+    paths = ClusterPaths(tmp_path)
+    paths.config.mkdir()
+    ports = comp.Ports(1, 2, 3, 4, 5)
+    assert not any(a.startswith("--audit") for a in comp.apiserver_argv(tmp_path, Pki(paths.pki), ports))
+    argv = comp.apiserver_argv(tmp_path, Pki(paths.pki), ports, audit=paths)
+    flags = dict(a.split("=", 1) for a in argv if a.startswith("--audit"))
+    assert flags["--audit-log-path"] == str(paths.log("audit")) and flags["--audit-log-format"] == "json"
+    policy = yaml.safe_load(Path(flags["--audit-policy-file"]).read_text())
+    first, rest = policy["rules"][0], policy["rules"][1:]
+    assert first["verbs"] == ["create"]
+    assert first["resources"] == [{"group": "", "resources": ["pods", "pods/binding"]}]
+    assert rest == [{"level": "None"}]  # nothing else: the log costs the API server only for binds

@@ -131,6 +131,11 @@ class Cluster:
         return self.paths.kubeconfig
 
     @property
+    def audit_log(self) -> Path:
+        """Pod creates and bindings, one JSON line each, when started with audit_pod_writes."""
+        return self.paths.log("audit")
+
+    @property
     def server(self) -> str:
         return str(self.state["server"])
 
@@ -169,10 +174,13 @@ class Cluster:
         progress: Progress | None = None,
         timeout: float = 120.0,
         extender_url: str | None = None,
+        audit_pod_writes: bool = False,
     ) -> Cluster:
         """Start a cluster and return once every fake node is Ready and schedulable.
 
         extender_url: kube-scheduler calls gpuq's scheduler extender there (gpuq.schedconfig).
+        audit_pod_writes: the API server logs every pod create and binding to `audit_log`, with
+        microsecond timestamps (benchmarks time drains by it).
 
         tie_to_process: the processes die with the calling process (and thread), even on SIGKILL
         (Linux); used by test sessions. Without it the cluster outlives the caller until `down`.
@@ -206,7 +214,9 @@ class Cluster:
                     },
                 )
                 try:
-                    cluster._start(bin_dir, ports, timing, tie_to_process, say, timeout, extender_url)
+                    cluster._start(
+                        bin_dir, ports, timing, tie_to_process, say, timeout, extender_url, audit_pod_writes
+                    )
                     return cluster
                 except PortClash:
                     if apiserver_port is not None or attempt == _PORT_ATTEMPTS:
@@ -239,6 +249,7 @@ class Cluster:
         say: Progress,
         timeout: float,
         extender_url: str | None = None,
+        audit_pod_writes: bool = False,
     ) -> None:
         t0 = time.monotonic()
         deadline = t0 + timeout
@@ -279,7 +290,8 @@ class Cluster:
             start("etcd", comp.etcd_argv(bin_dir, paths, ports))
             self._await("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"), deadline)
             mark("etcd")
-            start("kube-apiserver", comp.apiserver_argv(bin_dir, pki, ports))
+            audit = paths if audit_pod_writes else None
+            start("kube-apiserver", comp.apiserver_argv(bin_dir, pki, ports, audit))
             # short probe timeout: a port someone else listens on accepts and then never answers TLS
             probe = self.rest(timeout=1.0)
             self._await("kube-apiserver", lambda: probe.call("GET", "/readyz")[0] == 200, deadline)

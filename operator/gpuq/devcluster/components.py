@@ -82,7 +82,34 @@ def etcd_argv(bin_dir: Path, paths: ClusterPaths, ports: Ports) -> list[str]:
     ]
 
 
-def apiserver_argv(bin_dir: Path, pki: Pki, ports: Ports) -> list[str]:
+# Benchmarks only (Cluster.up(audit_pod_writes=True)): pod creates and bindings, with the API
+# server's microsecond timestamps; object timestamps are truncated to the second.
+AUDIT_POD_WRITES_POLICY: dict[str, Any] = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {
+            "level": "Metadata",
+            "verbs": ["create"],
+            "resources": [{"group": "", "resources": ["pods", "pods/binding"]}],
+        },
+        {"level": "None"},
+    ],
+}
+
+
+def audit_argv(paths: ClusterPaths) -> list[str]:
+    policy = paths.config / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDIT_POD_WRITES_POLICY, sort_keys=False))
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={paths.log('audit')}",
+        "--audit-log-format=json",
+    ]
+
+
+def apiserver_argv(bin_dir: Path, pki: Pki, ports: Ports, audit: ClusterPaths | None = None) -> list[str]:
     return [
         str(bin_dir / "kube-apiserver"),
         f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
@@ -102,6 +129,7 @@ def apiserver_argv(bin_dir: Path, pki: Pki, ports: Ports) -> list[str]:
         "--endpoint-reconciler-type=none",
         # GPUQ_APISERVER_PROFILING=1 serves /debug/pprof (how docs/throughput.md profiled a drain).
         f"--profiling={'true' if os.environ.get('GPUQ_APISERVER_PROFILING') == '1' else 'false'}",
+        *(audit_argv(audit) if audit is not None else []),
     ]
 
 
