@@ -10,8 +10,11 @@ from builders import RecordingWriter
 
 from gpuq.controller import bodies as b
 from gpuq.controller.cache import ClusterCache
+from gpuq.controller.lifecycle import Plan
 from gpuq.controller.loop import SchedulingLoop
-from gpuq.controller.metrics import Metrics
+from gpuq.controller.metrics import PREEMPTION_IN_QUEUE, PREEMPTION_UNKNOWN, Metrics
+from gpuq.controller.objects import JobEntry
+from gpuq.controller.preemption import Eviction
 from gpuq.controller.writer import AdmissionFailed, Writer
 from gpuq.core import SchedulerConfig, schedule
 
@@ -85,3 +88,33 @@ def test_each_admission_of_a_cycle_knows_how_many_were_decided_with_it() -> None
     admitted = loop.cycle().admit
     assert len(admitted) == 20
     assert batch == {a.job: 19 for a in admitted}
+
+
+async def test_a_preemption_keeps_its_reason_when_the_preemptor_goes_during_the_eviction() -> None:
+    """The victim's status says Preempted before its pods are deleted; a user may delete the
+    preemptor in between (CI caught the metric counting such a preemption as Unknown)."""
+    cache = ClusterCache()
+    cache.replace("namespace", [b.namespace("team-a")], "1")
+    cache.replace("node", [b.node("n1"), b.node("n2")], "1")
+    cache.replace("queue", [b.queue("q", nominal=16)], "1")
+    high = b.job("high", priority=10, status={"phase": "Queued", "attempt": 0})
+    cache.replace("job", [b.job("low", status=b.placed_status(["n1", "n2"])), high], "1")
+    cache.replace("pod", b.gang_pods("low", ["n1", "n2"]), "1")
+    metrics = Metrics()
+
+    class DeletesThePreemptor(RecordingWriter):
+        async def run_plan(
+            self, job: JobEntry, plan: Plan, force_nodes: frozenset[str] = frozenset()
+        ) -> JobEntry:
+            self.cache.delete_job(high)  # its DELETE arrives while the eviction writes
+            return job
+
+    loop = SchedulingLoop(
+        cache, DeletesThePreemptor(cache, metrics), SchedulerConfig(), metrics, schedule, lambda: b.T0
+    )
+    ev = Eviction("team-a/low", "team-a/high", "priority 10 > 0", b.T0, b.T0 + 60, None)
+    await loop._evict(cache.jobs["team-a/low"], ev, b.T0, frozenset())
+    count = metrics.registry.get_sample_value
+    labels = {"queue": "q"}
+    assert count("gpuq_preempted_jobs_total", {**labels, "reason": PREEMPTION_IN_QUEUE}) == 1
+    assert count("gpuq_preempted_jobs_total", {**labels, "reason": PREEMPTION_UNKNOWN}) is None

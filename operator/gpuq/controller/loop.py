@@ -478,6 +478,9 @@ class SchedulingLoop:
         if fresh is None or fresh.status.phase not in PLACED_PHASES:
             return
         victim = fresh
+        # Before the first await: the preemptor may be deleted once the victim's status says
+        # Preempted, and the reason is the one this eviction started with.
+        why = preemption_reason(victim, self.cache.jobs.get(ev.for_job), ev.move)
         msg = ev.describe()
         suspend = ev.for_job == STOP_SUSPEND
         reason = "Suspended" if suspend else "Drained" if ev.is_stop else "Preempted"
@@ -497,7 +500,7 @@ class SchedulingLoop:
         if ev.is_stop:
             log.info("stopped", job=victim.key, queue=victim.spec.queue if victim.spec else None, why=msg)
             return
-        self.metrics.preempted(victim, preemption_reason(victim, self.cache.jobs.get(ev.for_job), ev.move))
+        self.metrics.preempted(victim, why)
         await self._event_on(ev.for_job, st.normal("PreemptedVictim", f"preempted {victim.key} to make room"))
         log.info(
             "preempted", job=victim.key, queue=victim.spec.queue if victim.spec else None, for_job=ev.for_job
