@@ -27,9 +27,10 @@ def kill_leader(run: ChaosRun, restart_after: float = 1.0) -> dict[str, Any]:
     """SIGKILL: no release; a standby takes over when the lease expires."""
     reps = run.replicas
     leader = reps.leader()
+    before = reps.identity()
     reps.procs[leader].kill()
     reps.restart_later(leader, restart_after)  # with one replica, nobody else can take over
-    takeover = reps.wait_new_leader(leader, timeout=reps.timings.duration * 4 + 30)
+    takeover = reps.wait_new_leader(leader, reps.timings.duration * 4 + 30, before)
     return {"leader": leader, "takeover_s": round(takeover, 3)}
 
 
@@ -39,8 +40,9 @@ def stop_leader(run: ChaosRun) -> dict[str, Any]:
     leader = reps.leader()
     proc = reps.procs[leader]
     assert proc.proc is not None
+    before = reps.identity()
     proc.proc.send_signal(signal.SIGTERM)
-    takeover = reps.wait_new_leader(leader, timeout=reps.timings.duration * 4 + 30)
+    takeover = reps.wait_new_leader(leader, reps.timings.duration * 4 + 30, before)
     proc.proc.wait(30)
     reps.procs[leader].start()
     return {"leader": leader, "takeover_s": round(takeover, 3)}

@@ -99,20 +99,21 @@ class Replicas:
         name = self.holder()
         return name is not None and self.procs[name].alive
 
-    def wait_new_leader(self, old: str, timeout: float) -> float:
+    def wait_new_leader(self, old: str, timeout: float, old_identity: str | None) -> float:
         """Seconds until a live replica other than `old` holds the lease (old may be the same name
-        restarted: then until the lease names a different identity)."""
+        restarted: then until the lease names a different identity than `old_identity`, read before
+        the fault: a released lease is taken over within milliseconds, before a read made here)."""
         t0 = time.monotonic()
-        old_identity = self._identity()
         while time.monotonic() - t0 < timeout:
-            identity = self._identity()
+            identity = self.identity()
             name = (identity or "").split("_")[0]
             if identity and identity != old_identity and name in self.procs and self.procs[name].alive:
                 return time.monotonic() - t0
             time.sleep(0.02)
         raise TimeoutError(f"no new leader within {timeout:.0f}s after {old}")
 
-    def _identity(self) -> str | None:
+    def identity(self) -> str | None:
+        """The lease's holder identity (None if unreadable or empty)."""
         try:
             lease = self.coordination.read_namespaced_lease(self.lease, LEASE_NAMESPACE, _request_timeout=2)
         except Exception:
