@@ -138,7 +138,7 @@ def test_the_audit_log_for_benchmarks_records_only_pod_creates_and_bindings(tmp_
     from gpuq.devcluster.pki import Pki
 
     paths = ClusterPaths(tmp_path)
-    paths.config.mkdir()
+    comp.write_configs(paths, comp.Timing())
     ports = comp.Ports(1, 2, 3, 4, 5)
     assert not any(a.startswith("--audit") for a in comp.apiserver_argv(tmp_path, Pki(paths.pki), ports))
     argv = comp.apiserver_argv(tmp_path, Pki(paths.pki), ports, audit=paths)

@@ -79,11 +79,7 @@ class Replicas:
 
     def holder(self) -> str | None:
         """The replica named in the Lease, or None (no lease, released, or the API is down)."""
-        try:
-            lease = self.coordination.read_namespaced_lease(self.lease, LEASE_NAMESPACE, _request_timeout=2)
-        except Exception:
-            return None
-        name = str(lease.spec.holder_identity or "").split("_")[0]
+        name = (self.identity() or "").split("_")[0]
         return name if name in self.procs else None
 
     def leader(self, timeout: float = 60.0) -> str:

@@ -99,11 +99,14 @@ AUDIT_POD_WRITES_POLICY: dict[str, Any] = {
 }
 
 
+def audit_policy_path(paths: ClusterPaths) -> Path:
+    return paths.config / "audit-policy.yaml"
+
+
 def audit_argv(paths: ClusterPaths) -> list[str]:
-    policy = paths.config / "audit-policy.yaml"
-    policy.write_text(yaml.safe_dump(AUDIT_POD_WRITES_POLICY, sort_keys=False))
+    """The API server's flags for the audit log; its policy file comes from write_configs."""
     return [
-        f"--audit-policy-file={policy}",
+        f"--audit-policy-file={audit_policy_path(paths)}",
         f"--audit-log-path={paths.log('audit')}",
         "--audit-log-format=json",
     ]
@@ -204,3 +207,4 @@ def write_configs(paths: ClusterPaths, timing: Timing, extender_url: str | None 
     paths.config.mkdir(parents=True, exist_ok=True)
     write_scheduler_config(paths, extender_url)
     (paths.config / "kwok.yaml").write_text(kwok_config(timing.node_lease_seconds))
+    audit_policy_path(paths).write_text(yaml.safe_dump(AUDIT_POD_WRITES_POLICY, sort_keys=False))
