@@ -11,6 +11,8 @@ metric, per-tenant figures, then the verdicts on issue 13's targets.
 
     .venv/bin/python bench/placement_quality.py                  # everything (<= 20 min on 2 cores)
     .venv/bin/python bench/placement_quality.py --skip-philly    # the shipped synthetic workload only
+    .venv/bin/python bench/placement_quality.py --skip-synthetic --setup quotas --seeds 3
+        # the targets' cases, each simulation with three node-failure seeds (the mean is judged)
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class Case:
     worker_gpus: str
     setup: str
     limit: int | None
+    seed: int = 0  # of the node failures (the only random input)
 
     @property
     def title(self) -> str:
@@ -62,7 +65,7 @@ class Case:
 
     def scenario(self) -> Scenario:
         mtbf = LLAMA3_GPU_HOURS_PER_FAILURE / self.shape.gpus_per_node
-        options = SimOptions(worker_gpus=self.worker_gpus, mtbf_hours=mtbf)
+        options = SimOptions(worker_gpus=self.worker_gpus, mtbf_hours=mtbf, seed=self.seed)
         scenario = load_scenario(self.trace, shape=self.shape, options=options, limit=self.limit)
         if self.setup == "one-queue":
             scenario.queues = (Queue("all", scenario.total_gpus),)
@@ -149,6 +152,45 @@ def tenant_table(title: str, results: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
+def target_ratios(results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """The figures issue 13's targets judge (TARGETS), from one set of results."""
+    g = results["gpuq"]
+    out = {
+        key: ratio(g[key]["avg"], min(results[b][key]["avg"] for b in BASELINES))
+        for key in ("jct", "queueing_delay")
+    }
+    out["comm"] = ratio(
+        g["comm_multi_gpu"]["cost_per_pair"], results["kube-default"]["comm_multi_gpu"]["cost_per_pair"]
+    )
+    out["fragmentation"] = ratio(g["fragmentation"], results["gang-binpack"]["fragmentation"])
+    out["ettr"] = g["ettr"]
+    return out
+
+
+def mean_result(runs: list[Any]) -> Any:
+    """The per-metric mean of the same policy's results over failure seeds (values every run shares,
+    such as counts of jobs and names, are kept as they are)."""
+    first = runs[0]
+    if isinstance(first, dict):
+        return {k: mean_result([r[k] for r in runs]) for k in first if all(k in r for r in runs)}
+    if all(v == first for v in runs) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in runs
+    ):
+        return first
+    return sum(runs) / len(runs)
+
+
+def seed_spread(per_seed: list[dict[str, dict[str, Any]]]) -> str:
+    """Each target figure per failure seed: how much of a difference is luck."""
+    figures = [target_ratios(results) for results in per_seed]
+    return (
+        "per failure seed "
+        + ", ".join(str(s) for s in range(len(per_seed)))
+        + ": "
+        + "; ".join(f"{key} " + " / ".join(f"{f[key]:.2f}" for f in figures) for key in TARGETS)
+    )
+
+
 def verdicts(results: dict[str, dict[str, Any]]) -> list[str]:
     g = results["gpuq"]
     lines = []
@@ -189,21 +231,25 @@ def _met(value: float, target: float) -> str:
     return "n/a" if math.isnan(value) else ("met" if value <= target else "MISSED")
 
 
-def report(case: Case, results: dict[str, dict[str, Any]], console: Console) -> dict[str, Any]:
-    """Print one case's tables and verdicts; return them for the JSON file."""
+def report(case: Case, per_seed: list[dict[str, dict[str, Any]]], console: Console) -> dict[str, Any]:
+    """Print one case's tables and verdicts (on the mean over failure seeds, and each seed's target
+    figures when there are several); return them for the JSON file."""
+    results = {p: mean_result([r[p] for r in per_seed]) for p in POLICIES}
     info = results["gpuq"]["scenario"]
+    seeds = f", mean of {len(per_seed)} failure seeds" if len(per_seed) > 1 else ""
     title = (
         f"{case.title}: {info['jobs']} jobs, {info['gpus']} GPUs, {info['queues']} queues, "
-        f"offered load {info['offered_load']:.2f}"
+        f"offered load {info['offered_load']:.2f}{seeds}"
     )
     console.print()
     console.print(comparison_table(title, results))
     if case.setup == "quotas":
         console.print(tenant_table(title, results))
-    for line in verdicts(results):
+    lines = verdicts(results) + ([seed_spread(per_seed)] if len(per_seed) > 1 else [])
+    for line in lines:
         console.print("  " + line, highlight=False)
     console.print()
-    return {"scenario": info, "results": results, "verdicts": verdicts(results)}
+    return {"scenario": info, "results": results, "verdicts": lines, "per_seed": per_seed}
 
 
 def main() -> int:
@@ -216,6 +262,12 @@ def main() -> int:
     parser.add_argument("--worker-gpus", choices=("both", "whole", "1"), default="both")
     parser.add_argument("--setup", choices=("both", *SETUPS), default="both")
     parser.add_argument("--limit", type=int, help="only the first N jobs of each trace (quick look)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run every simulation with this many node-failure seeds; tables and verdicts show the mean",
+    )
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="simulations in parallel")
     parser.add_argument("--json", type=Path, help="also write all results as JSON")
     args = parser.parse_args()
@@ -225,24 +277,29 @@ def main() -> int:
     console.print(f"reproduce: {command}", highlight=False)
     chosen = cases(args, console)
     started = time.perf_counter()
-    done: dict[Case, dict[str, dict[str, Any]]] = {case: {} for case in chosen}
+    seeds = range(max(1, args.seeds))
+    done: dict[Case, dict[tuple[int, str], dict[str, Any]]] = {case: {} for case in chosen}
     everything: dict[str, Any] = {}
-    total = len(chosen) * len(POLICIES)
+    total = len(chosen) * len(POLICIES) * len(seeds)
     with ProcessPoolExecutor(max_workers=max(1, args.processes)) as pool:
         futures = {
-            pool.submit(run_case, case, policy): (case, policy) for case in chosen for policy in POLICIES
+            pool.submit(run_case, replace(case, seed=seed), policy): (case, seed, policy)
+            for seed in seeds
+            for case in chosen
+            for policy in POLICIES
         }
         for count, future in enumerate(as_completed(futures), start=1):
-            case, policy = futures[future]
+            case, seed, policy = futures[future]
             result = future.result()
-            done[case][policy] = result
+            done[case][seed, policy] = result
             console.print(
-                f"  [{count}/{total}] {time.perf_counter() - started:6.0f} s  {case.title}: {policy} "
-                f"({result['sim']['wall_seconds']:.0f} s)",
+                f"  [{count}/{total}] {time.perf_counter() - started:6.0f} s  {case.title}, seed {seed}: "
+                f"{policy} ({result['sim']['wall_seconds']:.0f} s)",
                 highlight=False,
             )
-            if len(done[case]) == len(POLICIES):  # the case is complete: report it now
-                everything[case.title] = report(case, done[case], console)
+            if len(done[case]) == len(POLICIES) * len(seeds):  # the case is complete: report it now
+                per_seed = [{p: done[case][s, p] for p in POLICIES} for s in seeds]
+                everything[case.title] = report(case, per_seed, console)
     if args.json:
         args.json.write_text(json.dumps(everything, indent=2, default=lambda v: None) + "\n")
         console.print(f"wrote {args.json}")
