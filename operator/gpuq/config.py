@@ -15,9 +15,10 @@ the offending path, so a typo never silently falls back to a default.
                nodeFlapWindowSeconds: 600, nodeFlapThreshold: 3,
                disruptionFraction: 0.3, disruptionMinNodes: 3, disruptionMaxSeconds: 300,
                disruptionSettleSeconds: 15}
-    service: {thresholdsGPUHours: [1.0], preempt: true, minRunSeconds: 900}   # [] : plain FIFO
+    service: {thresholdsGPUHours: [1, 100], preempt: true, minRunSeconds: 900}   # [] : plain FIFO
     consolidation: {enabled: true, maxMovedGPUs: 32, minWaitSeconds: 3600}
     starvationSeconds: 300
+    localityWaitSeconds: 0         # Preferred topology: hold out this long for the smallest domain
     maxAdmissionsPerCycle: 10000
     maxPreemptionSearchesPerCycle: 16
     gpuModelLabel: nvidia.com/gpu.product
@@ -130,6 +131,7 @@ class _Config(_Strict):
     service: _Service = Field(default_factory=_Service)
     consolidation: _Consolidation = Field(default_factory=_Consolidation)
     starvation_seconds: float = Field(default=_DEFAULT.starvation_seconds, ge=0)
+    locality_wait_seconds: float = Field(default=_DEFAULT.locality_wait_seconds, ge=0)
     max_admissions_per_cycle: int = Field(default=_DEFAULT.max_admissions_per_cycle, ge=1)
     max_preemption_searches_per_cycle: int = Field(default=_DEFAULT.max_preemption_searches_per_cycle, ge=1)
     gpu_model_label: str = Field(default=_DEFAULT.gpu_model_label, min_length=1)
@@ -150,6 +152,7 @@ class _Config(_Strict):
             ),
             consolidation=Consolidation(**self.consolidation.model_dump()),
             starvation_seconds=self.starvation_seconds,
+            locality_wait_seconds=self.locality_wait_seconds,
             max_admissions_per_cycle=self.max_admissions_per_cycle,
             max_preemption_searches_per_cycle=self.max_preemption_searches_per_cycle,
             gpu_model_label=self.gpu_model_label,

@@ -50,6 +50,7 @@ def test_config_map_key_is_read(tmp_path: Path) -> None:
         ("extenderPort: 70000", "extenderPort"),
         ("service: {thresholdsGPUHours: [4, 1]}", "strictly ascending"),
         ("service: {minRunSeconds: -1}", "service.minRunSeconds"),
+        ("localityWaitSeconds: -5", "localityWaitSeconds"),
         ("consolidation: {maxMovedGpus: 8}", "consolidation.maxMovedGpus: Extra inputs are not permitted"),
         ("consolidation: {maxMovedGPUs: -1}", "consolidation.maxMovedGPUs"),
         ("topology: {levels: [{name: rack, label: r}]}", "last (innermost) level must be 'node'"),
@@ -89,6 +90,11 @@ def test_every_scheduler_config_field_is_settable_from_config_yaml() -> None:
 
 def test_preemption_search_budget_is_configurable() -> None:
     assert parse_config("maxPreemptionSearchesPerCycle: 3").max_preemption_searches_per_cycle == 3
+
+
+def test_locality_wait_is_configurable_and_can_be_turned_off() -> None:
+    assert parse_config("").locality_wait_seconds == SchedulerConfig().locality_wait_seconds == 0
+    assert parse_config("localityWaitSeconds: 1800").locality_wait_seconds == 1800
 
 
 def test_attained_service_ordering_is_configurable_and_can_be_turned_off() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from builders import T0, gang_pods, job, namespace, node, placed_status, pod, queue
+from builders import T0, gang_pods, iso, job, namespace, node, placed_status, pod, queue
 
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.snapshot import SnapshotBuilder, View
@@ -331,3 +331,12 @@ def test_an_admission_whose_status_is_not_written_yet_is_no_victim() -> None:
     assert not jobs_of(SnapshotBuilder().build(cache, T0 + 1, CFG))["team-a/a"].preemptible
     cache.upsert_job(job("a", replicas=1, status=placed_status(["n1"], phase="Admitted")))
     assert jobs_of(SnapshotBuilder().build(cache, T0 + 1, CFG))["team-a/a"].preemptible
+
+
+def test_a_requeued_job_is_queued_since_it_lost_its_admission() -> None:
+    # The core counts the locality wait from here (gpuq.core.scheduler, localityWaitSeconds).
+    lost = {"type": "Admitted", "status": "False", "reason": "Preempted", "lastTransitionTime": iso(T0 + 60)}
+    requeued = job("a", status={"phase": "Queued", "attempt": 1, "conditions": [lost]})
+    jobs = jobs_of(build(node("n1"), node("n2"), queue("q"), requeued, job("b")))
+    assert jobs["team-a/a"].queued_since == T0 + 60
+    assert jobs["team-a/b"].queued_since == jobs["team-a/b"].created_at  # never admitted: its creation

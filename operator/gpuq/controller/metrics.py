@@ -18,10 +18,8 @@ from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from gpuq.api.meta import ConditionStatus
 from gpuq.api.trainingjob import Phase
-from gpuq.controller import status as st
-from gpuq.controller.objects import JobEntry, QueueEntry
+from gpuq.controller.objects import JobEntry, QueueEntry, queued_since
 from gpuq.controller.snapshot import Exclusion
 from gpuq.core.decisions import Admit, Decisions, Pending
 
@@ -76,17 +74,6 @@ class PendingJob:
 
 def _queue(job: JobEntry) -> str:
     return job.spec.queue if job.spec is not None else ""
-
-
-def queued_since(job: JobEntry) -> float:
-    """When the job last entered its queue: its creation, or, once it has been admitted, the time it
-    lost that admission (preempted, restarted, rolled back, refused by a kubelet), which is when its
-    Admitted condition last turned False."""
-    if job.status.attempt > 0:
-        cond = st.condition(job.status.conditions, st.ADMITTED)
-        if cond is not None and cond.status == ConditionStatus.FALSE and cond.last_transition_time:
-            return max(job.created_at, cond.last_transition_time.timestamp())
-    return job.created_at
 
 
 def preemption_reason(victim: JobEntry, preemptor: JobEntry | None, move: bool = False) -> str:

@@ -18,6 +18,7 @@ from gpuq.api import meta
 from gpuq.api.gpuqueue import GPUQueueSpec, GPUQueueStatus
 from gpuq.api.trainingjob import CheckpointReport, TrainingJobSpec, TrainingJobStatus
 from gpuq.controller.resources import QuantityError, pod_requests, resources_from_list
+from gpuq.controller.status import ADMITTED, condition
 from gpuq.core.model import Resources, Taint, TaintEffect
 
 TERMINAL_POD_PHASES = ("Succeeded", "Failed")
@@ -113,6 +114,17 @@ class JobEntry:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+def queued_since(job: JobEntry) -> float:
+    """When the job last entered its queue: its creation, or, once it has been admitted, the time it
+    lost that admission (preempted, restarted, rolled back, refused by a kubelet), which is when its
+    Admitted condition last turned False."""
+    if job.status.attempt > 0:
+        cond = condition(job.status.conditions, ADMITTED)
+        if cond is not None and cond.status == meta.ConditionStatus.FALSE and cond.last_transition_time:
+            return max(job.created_at, cond.last_transition_time.timestamp())
+    return job.created_at
 
 
 @dataclass(slots=True)

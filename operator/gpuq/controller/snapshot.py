@@ -17,7 +17,7 @@ from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, Placemen
 from gpuq.controller import selectors
 from gpuq.controller.cache import Assumed, ClusterCache
 from gpuq.controller.nodehealth import OUT_OF_SERVICE_TAINT, damped_until
-from gpuq.controller.objects import JobEntry, NodeEntry, QueueEntry, newer, parse_time
+from gpuq.controller.objects import JobEntry, NodeEntry, QueueEntry, newer, parse_time, queued_since
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
@@ -632,4 +632,5 @@ def _job(
         not_before=not_before,
         evicting=evicting and hold is not None,
         attained_gpu_seconds=st.attained_gpu_seconds,
+        queued_since=queued_since(job),
     )

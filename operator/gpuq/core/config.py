@@ -57,7 +57,7 @@ class ServiceOrdering:
     job pays per level). `thresholds_gpu_hours=()` turns the rule off: plain FIFO.
     """
 
-    thresholds_gpu_hours: tuple[float, ...] = (1.0,)
+    thresholds_gpu_hours: tuple[float, ...] = (1.0, 100.0)
     preempt: bool = True
     min_run_seconds: float = 900.0
 
@@ -100,6 +100,11 @@ class SchedulerConfig:
     # BestEffortFIFO: a head that has waited this long gets a reservation; later jobs may only
     # backfill around it (see docs/scheduling.md).
     starvation_seconds: float = 300.0
+    # A gang with a Preferred (or no) topology request holds out this long, from when it entered its
+    # queue, for a placement inside one domain of the deepest level that could hold it on an empty
+    # cluster (one node, else one rack, ...), before it takes a wider one; 0 places it at once wherever
+    # it fits best (docs/scheduling.md, "Locality wait"). Recovering gangs never wait.
+    locality_wait_seconds: float = 0.0
     # Upper bound of admissions per cycle (keeps one cycle's write burst bounded).
     max_admissions_per_cycle: int = 10_000
     # Upper bound of preemption searches per cycle (each simulates evictions; keeps a cycle's latency

@@ -246,6 +246,9 @@ class Job:
     # GPU-seconds this job held running in its earlier attempts (the shell records them when an attempt
     # ends); the running attempt's share is added from running.started_at (gpuq.core.service).
     attained_gpu_seconds: float = 0.0
+    # When it last entered its queue: its creation, or when it last lost an admission (preempted,
+    # restarted); 0 means created_at. What it has waited for counts from here (locality_wait_seconds).
+    queued_since: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

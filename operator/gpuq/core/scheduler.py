@@ -97,6 +97,7 @@ class _Failed:
     key: str
     head: bool
     stage: int  # how long it had waited: _Cycle._stage
+    local_until: float  # when its locality wait ends (_local_until; 0: none)
     searched: bool  # it ran a preemption search (counts against the per-cycle budget)
     # Starving heads holding a reservation when it failed: with another set (a new arrival may take
     # such a head's place), what the class saw free differs.
@@ -182,6 +183,7 @@ class _Cycle:
             q.name: left for q in snapshot.queues if (left := q.preemption.budget()) is not None
         }
         self.reason_memo: dict[Hashable, tuple[str, str]] = {}
+        self.local_depth: dict[Hashable, int] = {}  # _local_depth's memo
         self.preempt_fail: dict[Hashable, int] = {}
         self.admitted = 0
         self.reserved: list[str] = []  # starving jobs holding a reservation this cycle
@@ -402,6 +404,10 @@ class _Cycle:
                 continue
             is_head = qn not in head_failed
             outcome = self._try_or_recall(job, q, qn, ck, is_head)
+            if outcome is not _Outcome.ADMITTED:
+                local_until = self._local_until(job)
+                if local_until > now:  # decide again when it stops holding out for its smallest domain
+                    self.starving_at = min(self.starving_at, local_until)
             if is_head and outcome is not _Outcome.ADMITTED:
                 # A waiting head may get a reservation, then moves, once it waited long enough.
                 for t in self._stage_times(job):
@@ -440,6 +446,7 @@ class _Cycle:
             and prev.key == job.key
             and prev.head == is_head
             and prev.stage == stage
+            and (prev.local_until > self.now) == (self._local_until(job) > self.now)
             and prev.reserved == tuple(self.reserved)
             and not (
                 is_head
@@ -458,7 +465,13 @@ class _Cycle:
         if outcome is _Outcome.FAILED and job.key not in self.deferred and job.key not in self.reserved:
             searched = self.searches > searches
             self.failed_out[(qn, ck)] = _Failed(
-                job.key, is_head, stage, searched, tuple(self.reserved), *self.fail_reason
+                job.key,
+                is_head,
+                stage,
+                self._local_until(job),
+                searched,
+                tuple(self.reserved),
+                *self.fail_reason,
             )
         return outcome
 
@@ -538,8 +551,11 @@ class _Cycle:
         if never is not None:  # no placement, preemption or reservation could help
             self._pend(job, never, PendingCode.EXCEEDS_CAPACITY)
             return _Outcome.FAILED
-        depth = self._required_depth(job)
+        depth = wide = self._required_depth(job)
         allowed, model_reason = self._allowed_models(q, job, G, d)
+        local_until = self._local_until(job)
+        if local_until > self.now:  # it holds out for its smallest domain: as if Required there
+            depth = self._local_depth(G, st.pool_tiers(job, R, allowed)[-1])
         qc = book.check(q, G)
         quota_ok = qc.ok and allowed != frozenset()
         tiers: list[list[Pool]] | None = None
@@ -574,6 +590,14 @@ class _Cycle:
                 self._pend(job, unschedulable_reason(job, el), PendingCode.NO_MATCHING_NODES)
                 return _Outcome.FAILED
         reason, code = placement_reason(st, job, d, R, depth, tiers[-1], self.reason_memo)
+        if depth is not None and depth != wide and code in CAPACITY_CODES:
+            if place(st, tiers, Request(d, R, wide), self.weights) is None:  # it would not fit wider
+                reason, code = placement_reason(st, job, d, R, wide, tiers[-1], self.reason_memo)
+            else:
+                reason += (
+                    f" (holds out for one {st.tree.level_name(depth)} for {local_until - self.now:.0f}s "
+                    "more, then takes a wider placement: localityWaitSeconds)"
+                )
         if capped or (allowed is not None and code in NEVER_CODES):
             # Only models the queue's model quota excludes could hold it.
             self._pend(job, capped or model_reason, PendingCode.QUOTA_EXCEEDED)
@@ -776,10 +800,7 @@ class _Cycle:
         for pool in pools:
             # Its Required level, else the deepest level where some domain's capacity holds the gang.
             for t in [depth] if depth is not None else range(L, -1, -1):
-                if t == L:
-                    fits = [(n, st.free_gpu[n]) for n in pool.member_list() if ix.cap_gpu[n] >= G]
-                else:
-                    fits = [(dom, pool.free_sum[dom]) for dom in tree.by_depth[t] if pool.cap_sum[dom] >= G]
+                fits = self._capable(pool, t, G)
                 for dom, free in fits:
                     if best is None or (-free, dom) < (best[0], best[1]):
                         best = (-free, dom, pool, t)
@@ -808,6 +829,42 @@ class _Cycle:
         self.book.add(q.name, G, {})
         self.reserved.append(job.key)
         return held
+
+    def _capable(self, pool: Pool, t: int, G: int) -> list[tuple[int, int]]:
+        """(domain, free GPUs) of the domains at depth t whose capacity in the pool could hold G GPUs."""
+        st, ix = self.st, self.ix
+        if t == st.tree.node_depth:
+            return [(n, st.free_gpu[n]) for n in pool.member_list() if ix.cap_gpu[n] >= G]
+        return [(dom, pool.free_sum[dom]) for dom in st.tree.by_depth[t] if pool.cap_sum[dom] >= G]
+
+    def _local_depth(self, G: int, pools: list[Pool]) -> int:
+        """The deepest level where one domain of some pool could hold G GPUs on an empty cluster
+        (capacities do not change within a cycle: memoized per pool set and size)."""
+        key = (G, tuple(id(p) for p in pools))
+        depth = self.local_depth.get(key)
+        if depth is None:
+            st, ix = self.st, self.ix
+            L = st.tree.node_depth
+            depth = 0
+            if any(ix.cap_gpu[n] >= G for p in pools for n in p.member_list()):
+                depth = L
+            else:
+                for t in range(L - 1, 0, -1):
+                    if any(p.cap_sum[dom] >= G for p in pools for dom in st.tree.by_depth[t]):
+                        depth = t
+                        break
+            self.local_depth[key] = depth
+        return depth
+
+    def _local_until(self, job: Job) -> float:
+        """When a multi-worker gang without a Required level stops holding out for its smallest
+        domain (locality_wait_seconds after it entered its queue); 0 for none. A recovering gang
+        never waits: it goes back to work first (failover prefers its old domain anyway)."""
+        wait = self.cfg.locality_wait_seconds
+        if wait <= 0 or job.recovering or job.workers.replicas < 2 or self._required_depth(job) is not None:
+            return 0.0
+        since = max(job.created_at, job.queued_since) if job.queued_since else job.created_at
+        return since + wait
 
     # ---- helpers --------------------------------------------------------------------------------
 

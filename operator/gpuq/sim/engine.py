@@ -139,6 +139,7 @@ class SimJob:
     checkpoint: Checkpoint | None = None
     not_before: float = 0.0
     attained: float = 0.0  # GPU-seconds held running in ended segments (attained service)
+    queued_since: float = 0.0  # when its last segment ended (0: never ran)
     save_fits: bool = False  # the save ends within the grace (else the victim is killed at the deadline)
     stop_requested: float = 0.0  # when a victim was asked to checkpoint (State.STOPPING)
 
@@ -406,6 +407,7 @@ class Simulation:
             not_before=job.not_before,
             evicting=job.state is State.STOPPING,
             attained_gpu_seconds=job.attained,
+            queued_since=job.queued_since,
         )
 
     def _take(self, name: str, w: WorkerSpec, sign: int) -> None:
@@ -476,6 +478,7 @@ class Simulation:
             self._take(name, job.workers, -1)
         if job.state in (State.RUNNING, State.STOPPING):
             job.attained += job.trace.gpus * (now - job.seg_start)
+            job.queued_since = now
             self.busy -= job.trace.gpus
             del self.running[job.trace.key]
             if job.spread is not None:
