@@ -168,6 +168,18 @@ def test_preemption_loses_work_unless_the_victim_checkpoints_first() -> None:
     assert gpuq["overhead_gpu_hours"] == pytest.approx(8 * (60 + 120) / 3600)
 
 
+def test_a_stopped_job_is_queued_since_its_segment_ended() -> None:
+    """The core counts a requeued job's wait (localityWaitSeconds) from when it lost its GPUs."""
+    one_node = ClusterShape(racks_per_block=1, nodes_per_rack=1, gpus_per_node=8)
+    jobs = [TraceJob("low", 0, 1000, 8, "q", priority=0), TraceJob("high", 100, 10, 8, "q", priority=5)]
+    spy = Spy(make_policy("gpuq"))
+    run(jobs, spy, shape=one_node, queues=(Queue("q", nominal_gpus=8),), checkpoint_minutes=None)
+    waiting = [(now, j) for now, snap, _ in spy.calls for j in snap.jobs if j.key == "low" and not j.running]
+    assert waiting[0][1].queued_since == 0.0  # before its first start: its creation counts
+    requeued = [j.queued_since for now, j in waiting if now > 100]
+    assert requeued and set(requeued) == {160.0}  # asked to save at 100, let go after the 60 s save
+
+
 def test_a_save_longer_than_the_grace_is_a_kill_at_the_deadline() -> None:
     one_node = ClusterShape(racks_per_block=1, nodes_per_rack=1, gpus_per_node=8)
     queue = (Queue("q", nominal_gpus=8),)
