@@ -57,7 +57,7 @@ class Case:
     worker_gpus: str
     setup: str
     limit: int | None
-    seed: int = 0  # of the node failures (the only random input)
+    seed: int = 0  # of the node failures and kube-default's random tie-breaks
 
     @property
     def title(self) -> str:

@@ -88,6 +88,27 @@ def test_a_gang_that_fits_nowhere_keeps_the_plain_reason() -> None:
     assert pending(d)["ns/a"] == pending(plain)["ns/a"] == "needs 2x8 GPUs; 8 free on eligible nodes"
 
 
+def test_the_smallest_domain_is_counted_in_worker_slots_not_gpus() -> None:
+    # A rack of two 8-GPU nodes has 16 GPUs but holds only four 3-GPU workers: five need two racks,
+    # so the gang has nothing to hold out for on an empty cluster.
+    nodes = cluster(racks=2, nodes_per_rack=2)
+    d = run(
+        snap(nodes, [queue()], [job("ns/a", replicas=5, gpus=3, required=False, created=CREATED)]),
+        config=QUIET,
+    )
+    assert len(racks(admitted(d)["ns/a"])) == 2
+
+
+def test_a_gang_past_its_wait_is_not_held_back_by_a_class_mate_still_in_its_own() -> None:
+    nodes, busy = one_free_node_per_rack()
+    # Same class (shape, priority): the older one was requeued 10 s ago, the younger waited past it.
+    older = replace(gang(), created_at=NOW - 3000.0, queued_since=NOW - 10.0)
+    younger = job("ns/b", replicas=2, gpus=8, required=False, created=NOW - WAIT - 1.0)
+    d = run(snap(nodes, [queue()], [*busy, older, younger]), config=QUIET)
+    assert "ns/a" not in admitted(d) and "holds out for one rack" in pending(d)["ns/a"]
+    assert len(racks(admitted(d)["ns/b"])) == 2
+
+
 @PROPERTY
 @given(
     used=st.lists(st.integers(0, 8), min_size=8, max_size=8),

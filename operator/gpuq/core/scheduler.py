@@ -32,7 +32,7 @@ from gpuq.core.decisions import (
     Restart,
 )
 from gpuq.core.failover import backoff_seconds, detect
-from gpuq.core.fit import Demand, invalid_workers
+from gpuq.core.fit import Demand, invalid_workers, slots_on
 from gpuq.core.index import ClusterIndex, OrderKey, SnapshotError, order_key
 from gpuq.core.model import Job, Queue, QueueingStrategy, Snapshot, TopologyMode
 from gpuq.core.placement import Placement, Request, place
@@ -98,6 +98,7 @@ class _Failed:
     head: bool
     stage: int  # how long it had waited: _Cycle._stage
     local_until: float  # when its locality wait ends (_local_until; 0: none)
+    held_out: bool  # it failed only because it holds out for its smallest domain (_Cycle.held_out)
     searched: bool  # it ran a preemption search (counts against the per-cycle budget)
     # Starving heads holding a reservation when it failed: with another set (a new arrival may take
     # such a head's place), what the class saw free differs.
@@ -197,6 +198,7 @@ class _Cycle:
         self.failed_out: dict[tuple[str, int], _Failed] = {}  # for the next cycle's memo
         self.failed_in: dict[tuple[str, int], _Failed] = {}  # the last cycle's, when still valid
         self.started_since = False  # jobs started since the last cycle (new preemption victims)
+        self.held_out = False  # the last job tried failed only because of its locality wait
         self.service = ServiceView(config.service, now)
 
     # ---- driver ---------------------------------------------------------------------------------
@@ -403,6 +405,7 @@ class _Cycle:
                 push(qn)
                 continue
             is_head = qn not in head_failed
+            self.held_out = False
             outcome = self._try_or_recall(job, q, qn, ck, is_head)
             if outcome is not _Outcome.ADMITTED:
                 local_until = self._local_until(job)
@@ -419,7 +422,9 @@ class _Cycle:
                 push(qn)
                 continue
             head_failed.add(qn)
-            if outcome is _Outcome.WAITING:
+            if outcome is _Outcome.WAITING or self.held_out:
+                # A gang holding out for its smallest domain says nothing of its class-mates, whose
+                # waits end at other times: the next one is tried.
                 self._advance(heads, keys, ck, cur)
             else:
                 self.dead[(qn, ck)] = _Dead(cur + 1, *self.fail_reason)
@@ -457,6 +462,7 @@ class _Cycle:
             )
         ):
             self.searches += prev.searched
+            self.held_out = prev.held_out
             self.fail_reason = (prev.reason, prev.code)
             self.failed_out[(qn, ck)] = prev
             return _Outcome.FAILED
@@ -469,6 +475,7 @@ class _Cycle:
                 is_head,
                 stage,
                 self._local_until(job),
+                self.held_out,
                 searched,
                 tuple(self.reserved),
                 *self.fail_reason,
@@ -555,7 +562,7 @@ class _Cycle:
         allowed, model_reason = self._allowed_models(q, job, G, d)
         local_until = self._local_until(job)
         if local_until > self.now:  # it holds out for its smallest domain: as if Required there
-            depth = self._local_depth(G, st.pool_tiers(job, R, allowed)[-1])
+            depth = self._local_depth(d, R, st.pool_tiers(job, R, allowed)[-1])
         qc = book.check(q, G)
         quota_ok = qc.ok and allowed != frozenset()
         tiers: list[list[Pool]] | None = None
@@ -594,6 +601,7 @@ class _Cycle:
             if place(st, tiers, Request(d, R, wide), self.weights) is None:  # it would not fit wider
                 reason, code = placement_reason(st, job, d, R, wide, tiers[-1], self.reason_memo)
             else:
+                self.held_out = True
                 reason += (
                     f" (holds out for one {st.tree.level_name(depth)} for {local_until - self.now:.0f}s "
                     "more, then takes a wider placement: localityWaitSeconds)"
@@ -837,20 +845,30 @@ class _Cycle:
             return [(n, st.free_gpu[n]) for n in pool.member_list() if ix.cap_gpu[n] >= G]
         return [(dom, pool.free_sum[dom]) for dom in st.tree.by_depth[t] if pool.cap_sum[dom] >= G]
 
-    def _local_depth(self, G: int, pools: list[Pool]) -> int:
-        """The deepest level where one domain of some pool could hold G GPUs on an empty cluster
-        (capacities do not change within a cycle: memoized per pool set and size)."""
-        key = (G, tuple(id(p) for p in pools))
+    def _local_depth(self, d: Demand, R: int, pools: list[Pool]) -> int:
+        """The deepest level where one domain of some pool could hold the gang's R workers on an empty
+        cluster, by each node's allocatable resources (worker slots, not GPU totals: a rack of two
+        8-GPU nodes holds four 3-GPU workers, not five). Capacities do not change within a cycle:
+        memoized per demand, size and pool set."""
+        key = (d, R, tuple(id(p) for p in pools))
         depth = self.local_depth.get(key)
         if depth is None:
-            st, ix = self.st, self.ix
-            L = st.tree.node_depth
+            ix, tree = self.ix, self.st.tree
+            L = tree.node_depth
             depth = 0
-            if any(ix.cap_gpu[n] >= G for p in pools for n in p.member_list()):
-                depth = L
-            else:
-                for t in range(L - 1, 0, -1):
-                    if any(p.cap_sum[dom] >= G for p in pools for dom in st.tree.by_depth[t]):
+            for pool in pools:
+                slots = {
+                    n: slots_on(ix.cap_gpu[n], ix.cap_cpu[n], ix.cap_mem[n], ix.nodes[n].allocatable.extra, d)
+                    for n in pool.member_list()
+                }
+                if depth < L and any(k >= R for k in slots.values()):
+                    depth = L  # one node holds it
+                for t in range(L - 1, depth, -1):  # only deeper than what another pool already found
+                    per_domain: dict[int, int] = {}
+                    for n, k in slots.items():
+                        dom = tree.ancestors[n][t]
+                        per_domain[dom] = per_domain.get(dom, 0) + k
+                    if any(k >= R for k in per_domain.values()):
                         depth = t
                         break
             self.local_depth[key] = depth
