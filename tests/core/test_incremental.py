@@ -64,6 +64,21 @@ def test_the_index_is_kept_when_only_jobs_change() -> None:
     assert [x.job for x in d2.admit] == ["ns/b"]
 
 
+def test_a_requeued_job_that_starts_is_a_start_though_its_queued_since_is_gone() -> None:
+    # The operator reports queued_since only while a job waits (its Admitted condition): a start
+    # must still count as capacity taken, not as a change that throws the cycle memo away.
+    nodes = cluster(racks=1, nodes_per_rack=2)
+    waiting = replace(job("ns/a", gpus=8), queued_since=NOW - 30)
+    s1 = snap(nodes, [queue()], [waiting])
+    inc = IncrementalSchedule()
+    d1 = inc(s1, NOW, SchedulerConfig())
+    ix = inc.index
+    assert ix is not None and [a.job for a in d1.admit] == ["ns/a"]
+    started = replace(waiting, running=Running(d1.admit[0].placement, NOW), queued_since=0.0)
+    inc(snap(nodes, [queue()], [started]), NOW + 1, SchedulerConfig())
+    assert inc.index is ix and (ix.takes, ix.changes) == (1, 0)
+
+
 def test_a_model_losing_its_last_schedulable_node_rebuilds_the_index() -> None:
     # Found by the property above: the kept index still listed H100 after its only node went
     # NotReady, so a model-quota reason was given where a fresh index says no node is schedulable.

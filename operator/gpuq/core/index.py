@@ -53,14 +53,15 @@ def pending_class(job: Job, d: Demand) -> Hashable:
 
 
 def _started(old: Job, new: Job) -> bool:
-    """A queued job that just started, nothing else about it changed: it only takes capacity."""
+    """A queued job that just started, nothing else about it changed: it only takes capacity. (When
+    it was queued since no longer matters once it runs: the operator stops reporting it then.)"""
     return (
         old.running is None
         and not old.recovering
         and new.running is not None
         and not new.recovering
         and not new.evicting
-        and replace(new, running=None) == old
+        and replace(new, running=None, queued_since=old.queued_since) == old
     )
 
 
