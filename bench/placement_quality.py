@@ -193,21 +193,21 @@ def seed_spread(per_seed: list[dict[str, dict[str, Any]]]) -> str:
 
 def verdicts(results: dict[str, dict[str, Any]]) -> list[str]:
     g = results["gpuq"]
+    figures = target_ratios(results)
     lines = []
     for key, label in (("jct", "avg JCT"), ("queueing_delay", "avg queueing delay")):
         name, theirs = min((results[b][key]["avg"], b) for b in BASELINES)[::-1]
-        r = ratio(g[key]["avg"], theirs)
+        r = figures[key]
         lines.append(
             f"{label} gpuq / best baseline ({name}) = {r:.3f}: "
             f"{'met' if r < TARGETS[key] else 'MISSED'} (target < {TARGETS[key]}; "
             f"gpuq {g[key]['avg'] / HOUR:.2f} h, {name} {theirs / HOUR:.2f} h)"
         )
-    k = results["kube-default"]["comm_multi_gpu"]["cost_per_pair"]
-    r = ratio(g["comm_multi_gpu"]["cost_per_pair"], k)
+    r = figures["comm"]
     lines.append(
         f"comm cost per pair gpuq / kube-default = {r:.2f}: {_met(r, TARGETS['comm'])} (target <= 0.4)"
     )
-    r = ratio(g["fragmentation"], results["gang-binpack"]["fragmentation"])
+    r = figures["fragmentation"]
     lines.append(
         f"fragmentation gpuq / gang-binpack = {r:.2f}: {_met(r, TARGETS['fragmentation'])} (target <= 0.6)"
     )
@@ -221,8 +221,8 @@ def verdicts(results: dict[str, dict[str, Any]]) -> list[str]:
             f"({100 * cut:.0f}% less), across racks {100 * large_k['cross_rack']:.1f}% -> "
             f"{100 * large_g['cross_rack']:.1f}%"
         )
-    met = "met" if g["ettr"] >= TARGETS["ettr"] else "MISSED"
-    lines.append(f"ETTR gpuq = {g['ettr']:.3f}: {met} (target >= 0.95)")
+    met = "met" if figures["ettr"] >= TARGETS["ettr"] else "MISSED"
+    lines.append(f"ETTR gpuq = {figures['ettr']:.3f}: {met} (target >= 0.95)")
     lines.append("Jain fairness: " + ", ".join(f"{p} {results[p]['jain_fairness']:.3f}" for p in POLICIES))
     return lines
 

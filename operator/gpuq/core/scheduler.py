@@ -881,8 +881,7 @@ class _Cycle:
         wait = self.cfg.locality_wait_seconds
         if wait <= 0 or job.recovering or job.workers.replicas < 2 or self._required_depth(job) is not None:
             return 0.0
-        since = max(job.created_at, job.queued_since) if job.queued_since else job.created_at
-        return since + wait
+        return (job.queued_since or job.created_at) + wait
 
     # ---- helpers --------------------------------------------------------------------------------
 
