@@ -13,6 +13,7 @@ metric, per-tenant figures, then the verdicts on issue 13's targets.
     .venv/bin/python bench/placement_quality.py --skip-philly    # the shipped synthetic workload only
     .venv/bin/python bench/placement_quality.py --skip-synthetic --setup quotas --seeds 3
         # the targets' cases, each simulation with three node-failure seeds (the mean is judged)
+    .venv/bin/python bench/placement_quality.py --config my-config.yaml ...   # gpuq with other rules
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class Case:
     setup: str
     limit: int | None
     seed: int = 0  # of the node failures and kube-default's random tie-breaks
+    config: Path | None = None  # scheduler config YAML (gpuq's rules); None: the defaults
 
     @property
     def title(self) -> str:
@@ -66,7 +68,9 @@ class Case:
     def scenario(self) -> Scenario:
         mtbf = LLAMA3_GPU_HOURS_PER_FAILURE / self.shape.gpus_per_node
         options = SimOptions(worker_gpus=self.worker_gpus, mtbf_hours=mtbf, seed=self.seed)
-        scenario = load_scenario(self.trace, shape=self.shape, options=options, limit=self.limit)
+        scenario = load_scenario(
+            self.trace, shape=self.shape, options=options, limit=self.limit, config_path=self.config
+        )
         if self.setup == "one-queue":
             scenario.queues = (Queue("all", scenario.total_gpus),)
             scenario.jobs = [replace(job, queue="all") for job in scenario.jobs]
@@ -100,7 +104,7 @@ def cases(args: argparse.Namespace, console: Console) -> list[Case]:
     shapes = ["whole", "1"] if args.worker_gpus == "both" else [args.worker_gpus]
     setups = list(SETUPS) if args.setup == "both" else [args.setup]
     return [
-        Case(name, trace, shape, workers, setup, args.limit)
+        Case(name, trace, shape, workers, setup, args.limit, config=args.config)
         for name, trace, shape in workloads
         for workers in shapes
         for setup in setups
@@ -267,6 +271,9 @@ def main() -> int:
         type=int,
         default=1,
         help="run every simulation with this many node-failure seeds; tables and verdicts show the mean",
+    )
+    parser.add_argument(
+        "--config", type=Path, help="scheduler config YAML for every policy (as gpuq-scheduler-config)"
     )
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="simulations in parallel")
     parser.add_argument("--json", type=Path, help="also write all results as JSON")
