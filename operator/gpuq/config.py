@@ -15,10 +15,11 @@ the offending path, so a typo never silently falls back to a default.
                nodeFlapWindowSeconds: 600, nodeFlapThreshold: 3,
                disruptionFraction: 0.3, disruptionMinNodes: 3, disruptionMaxSeconds: 300,
                disruptionSettleSeconds: 15}
-    service: {thresholdsGPUHours: [1, 100], preempt: true, minRunSeconds: 900}   # [] : plain FIFO
+    service: {thresholdsGPUHours: [1, 100], preempt: true, minRunSeconds: 900,
+              spareLargerGangs: true}   # thresholdsGPUHours [] : plain FIFO
     consolidation: {enabled: true, maxMovedGPUs: 32, minWaitSeconds: 3600}
     starvationSeconds: 300
-    localityWaitSeconds: 0         # Preferred topology: hold out this long for the smallest domain
+    localityWaitSeconds: 86400     # Preferred topology: hold out this long for the smallest domain
     maxAdmissionsPerCycle: 10000
     maxPreemptionSearchesPerCycle: 16
     gpuModelLabel: nvidia.com/gpu.product
@@ -109,6 +110,7 @@ class _Service(_Strict):
     )
     preempt: bool = Field(default=_DEFAULT.service.preempt)
     min_run_seconds: float = Field(default=_DEFAULT.service.min_run_seconds, ge=0)
+    spare_larger_gangs: bool = Field(default=_DEFAULT.service.spare_larger_gangs)
 
     @field_validator("thresholds_gpu_hours")
     @classmethod
@@ -148,7 +150,10 @@ class _Config(_Strict):
             weights=ScoringWeights(**self.weights.model_dump()),
             failover=FailoverConfig(**self.failover.model_dump()),
             service=ServiceOrdering(
-                tuple(self.service.thresholds_gpu_hours), self.service.preempt, self.service.min_run_seconds
+                tuple(self.service.thresholds_gpu_hours),
+                self.service.preempt,
+                self.service.min_run_seconds,
+                self.service.spare_larger_gangs,
             ),
             consolidation=Consolidation(**self.consolidation.model_dump()),
             starvation_seconds=self.starvation_seconds,

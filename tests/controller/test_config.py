@@ -93,7 +93,8 @@ def test_preemption_search_budget_is_configurable() -> None:
 
 
 def test_locality_wait_is_configurable_and_can_be_turned_off() -> None:
-    assert parse_config("").locality_wait_seconds == SchedulerConfig().locality_wait_seconds == 0
+    assert parse_config("").locality_wait_seconds == SchedulerConfig().locality_wait_seconds == 86400
+    assert parse_config("localityWaitSeconds: 0").locality_wait_seconds == 0
     assert parse_config("localityWaitSeconds: 1800").locality_wait_seconds == 1800
 
 
@@ -102,6 +103,8 @@ def test_attained_service_ordering_is_configurable_and_can_be_turned_off() -> No
     assert cfg.service.thresholds_gpu_hours == (0.5, 8.0) and not cfg.service.preempt
     assert cfg.service.thresholds_gpu_seconds == (1800.0, 28800.0)
     assert parse_config("service: {thresholdsGPUHours: []}").service.thresholds_gpu_hours == ()
+    assert parse_config("").service.spare_larger_gangs
+    assert not parse_config("service: {spareLargerGangs: false}").service.spare_larger_gangs
 
 
 def test_consolidation_is_configurable_and_can_be_turned_off() -> None:

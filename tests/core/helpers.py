@@ -271,6 +271,9 @@ def outranks_by_service(v: Job, j: Job, now: float, config: SchedulerConfig) -> 
         return False
     if now - v.running.started_at < rule.min_run_seconds:
         return False
+    v_gpus = len(v.running.placement) * v.workers.gpus_per_worker
+    if rule.spare_larger_gangs and len(set(v.running.placement)) > 1 and v_gpus > j.workers.total_gpus > 0:
+        return False  # a multi-node gang is spared for a job needing fewer GPUs
     service_v = v.attained_gpu_seconds + len(v.running.placement) * v.workers.gpus_per_worker * (
         now - v.running.started_at
     )

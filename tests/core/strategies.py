@@ -261,6 +261,7 @@ def scenarios(
         (
             ServiceOrdering(),
             ServiceOrdering(thresholds_gpu_hours=(0.5, 2.0), min_run_seconds=100.0),
+            ServiceOrdering(thresholds_gpu_hours=(0.5, 2.0), min_run_seconds=100.0, spare_larger_gangs=False),
             ServiceOrdering(thresholds_gpu_hours=()),
             ServiceOrdering(preempt=False),
         )

@@ -78,3 +78,23 @@ def test_the_cycle_memo_expires_when_a_runner_reaches_its_minimum_run() -> None:
     assert min(t for t in service_times(runner, config.service) if t > NOW) == later
     assert ix.next_service_event(NOW) == later
     assert victims(schedule(s, later, config, index=ix, explain=False)) == {"ns/long"}
+
+
+TWO_NODES = cluster(racks=1, nodes_per_rack=2)
+
+
+def test_a_multi_node_gang_is_spared_for_a_smaller_job_but_not_for_a_larger_or_equal_one() -> None:
+    # 16 GPUs on two nodes for 1,000 s: level 1; a fresh job of its queue at level 0 outranks it.
+    gang = job("ns/gang", replicas=2, gpus=8, on=["n0000", "n0001"], started=NOW - 1000)
+    small = job("ns/small", gpus=8)
+    assert victims(run(snap(TWO_NODES, [queue()], [gang, small]))) == set()
+    same = job("ns/same", replicas=2, gpus=8)
+    assert victims(run(snap(TWO_NODES, [queue()], [gang, same]))) == {"ns/gang"}
+    off = SchedulerConfig(service=ServiceOrdering(spare_larger_gangs=False))
+    assert victims(run(snap(TWO_NODES, [queue()], [gang, small]), config=off)) == {"ns/gang"}
+
+
+def test_a_single_node_gang_stays_a_victim_of_a_smaller_job() -> None:
+    runner = job("ns/long", gpus=8, on=["n0000"], started=NOW - 1000)
+    small = job("ns/small", gpus=2)
+    assert victims(run(snap(ONE_NODE, [queue()], [runner, small]))) == {"ns/long"}

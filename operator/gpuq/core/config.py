@@ -60,6 +60,9 @@ class ServiceOrdering:
     thresholds_gpu_hours: tuple[float, ...] = (1.0, 100.0)
     preempt: bool = True
     min_run_seconds: float = 900.0
+    # A multi-node gang is never evicted by attained service for a job that needs fewer GPUs: its
+    # restart pays start-up on every node and rarely finds its racks again (docs/scheduling.md).
+    spare_larger_gangs: bool = True
 
     @property
     def thresholds_gpu_seconds(self) -> tuple[float, ...]:
@@ -103,8 +106,9 @@ class SchedulerConfig:
     # A gang with a Preferred (or no) topology request holds out this long, from when it entered its
     # queue, for a placement inside one domain of the deepest level that could hold it on an empty
     # cluster (one node, else one rack, ...), before it takes a wider one; 0 places it at once wherever
-    # it fits best (docs/scheduling.md, "Locality wait"). Recovering gangs never wait.
-    locality_wait_seconds: float = 0.0
+    # it fits best (docs/scheduling.md, "Locality wait"). Recovering gangs never wait. A day: a
+    # preempted gang often waits hours behind newer work, and a shorter wait is over by its turn.
+    locality_wait_seconds: float = 86400.0
     # Upper bound of admissions per cycle (keeps one cycle's write burst bounded).
     max_admissions_per_cycle: int = 10_000
     # Upper bound of preemption searches per cycle (each simulates evictions; keeps a cycle's latency

@@ -53,7 +53,9 @@ class ServiceView:
         self.thresholds = rule.thresholds_gpu_seconds
         self.enabled = rule.preempts
         self.min_run = rule.min_run_seconds
-        self._levels: dict[str, dict[str, int]] = {}
+        self.spare_larger = rule.spare_larger_gangs
+        # per queue: key -> (level, GPUs, spans several nodes) of jobs past their minimum run
+        self._levels: dict[str, dict[str, tuple[int, int, bool]]] = {}
 
     def level(self, job: Job) -> int:
         return level_of(attained(job, self.now), self.thresholds)
@@ -68,10 +70,17 @@ class ServiceView:
             latest = self.now - self.min_run
             levels = {}
             for victim in running:
-                if victim.running is not None and victim.running.started_at <= latest:
+                run = victim.running
+                if run is not None and run.started_at <= latest:
                     lv = self.level(victim)
                     if lv > 0:
-                        levels[victim.key] = lv
+                        multi = len(set(run.placement)) > 1
+                        levels[victim.key] = (lv, len(run.placement) * victim.workers.gpus_per_worker, multi)
             self._levels[queue] = levels
         mine = self.level(job)
-        return {key: lv for key, lv in levels.items() if lv > mine}
+        need = job.workers.total_gpus if self.spare_larger else 0
+        return {
+            key: lv
+            for key, (lv, gpus, multi) in levels.items()
+            if lv > mine and not (multi and gpus > need > 0)
+        }

@@ -375,6 +375,8 @@ def _why_no_victims(state: State, book: QuotaBook, job: Job, q: Queue, gpus: int
                     f", or ones of its priority above its attained-service level that ran "
                     f"{rule.min_run_seconds:.0f}s in their attempt"
                 )
+                if rule.spare_larger_gangs:
+                    line += f" (not gangs on several nodes with more than its {job.workers.total_gpus} GPUs)"
             out.append(line)
     if q.cohort is None:
         out.append(f"reclaim: {q.name} has no cohort")
