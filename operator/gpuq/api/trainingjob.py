@@ -87,7 +87,8 @@ class TopologySpec(ApiModel):
         default=TopologyMode.PREFERRED,
         description=(
             "Required: the whole gang inside one domain of `level`. Preferred: the smallest domain that "
-            "fits, widening as needed."
+            "fits, widening as needed; a multi-worker gang first holds out for one domain of the smallest "
+            "level that could hold it, up to the scheduler's localityWaitSeconds (default one day)."
         ),
     )
 

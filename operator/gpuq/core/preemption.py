@@ -3,7 +3,8 @@
 Allowed victims of job J in queue q (docs/scheduling.md, "Preemption"):
 - within the queue, if q's withinQueue policy is LowerPriority: running jobs of q with lower priority,
   and (ServiceOrdering with preempt) jobs of q's priority at a higher attained-service level than J
-  that ran min_run_seconds in their current attempt (gpuq.core.service.ServiceView.outranked);
+  that ran min_run_seconds in their current attempt, except (spare_larger_gangs) a gang on several
+  nodes holding more GPUs than J needs (gpuq.core.service.ServiceView.outranked);
 - reclaim, if J fits q's nominal quota and q's reclaimWithinCohort is not Never: running jobs of cohort
   peers that borrow (usage above their nominal; a peer stops being a source once it is back at nominal),
   of lower priority than J under LowerPriority, of any priority under Any;

@@ -702,7 +702,8 @@ class _Cycle:
             return _Outcome.FAILED
         if self.service.level(job) > 0:
             # Attained service puts it behind new work by design: its queue's level-0 jobs would
-            # preempt it again once it ran service.min_run_seconds, undoing the moves.
+            # preempt it again once it ran service.min_run_seconds, undoing the moves (a head that
+            # lands on several nodes is spared only by smaller jobs, not by its equals).
             return _Outcome.FAILED
         if self.searches >= self.cfg.max_preemption_searches_per_cycle:
             return _Outcome.FAILED

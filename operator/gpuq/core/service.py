@@ -5,7 +5,8 @@ A job's attained service is the GPU-time it has held running: the earlier attemp
 Its level is how many thresholds that reached. Pending jobs' levels do not change while they wait, so
 queue order can be kept sorted; running jobs' levels grow with time, which makes them victims of
 lower-level jobs of their own queue and priority, once they ran the minimum run in their current
-attempt (gpuq.core.preemption.allowed_victims, with this cycle's ServiceView).
+attempt, unless (spare_larger_gangs) they run on several nodes and hold more GPUs than the job that
+would evict them needs (gpuq.core.preemption.allowed_victims, with this cycle's ServiceView).
 """
 
 from __future__ import annotations
