@@ -272,7 +272,7 @@ def outranks_by_service(v: Job, j: Job, now: float, config: SchedulerConfig) -> 
     if now - v.running.started_at < rule.min_run_seconds:
         return False
     v_gpus = len(v.running.placement) * v.workers.gpus_per_worker
-    if rule.spare_larger_gangs and len(set(v.running.placement)) > 1 and v_gpus > j.workers.total_gpus > 0:
+    if rule.spare_larger_gangs and len(set(v.running.placement)) > 1 and v_gpus > j.workers.total_gpus:
         return False  # a multi-node gang is spared for a job needing fewer GPUs
     service_v = v.attained_gpu_seconds + len(v.running.placement) * v.workers.gpus_per_worker * (
         now - v.running.started_at

@@ -18,12 +18,16 @@ from gpuq.core.config import ServiceOrdering
 from gpuq.core.model import Job
 
 
+def held_gpus(job: Job) -> int:
+    """GPUs of the job's current placement (0 when it does not run)."""
+    return len(job.running.placement) * job.workers.gpus_per_worker if job.running else 0
+
+
 def attained(job: Job, now: float) -> float:
     running = job.running
     if running is None:
         return job.attained_gpu_seconds
-    gpus = len(running.placement) * job.workers.gpus_per_worker
-    return job.attained_gpu_seconds + gpus * max(0.0, now - running.started_at)
+    return job.attained_gpu_seconds + held_gpus(job) * max(0.0, now - running.started_at)
 
 
 def level_of(served: float, thresholds: tuple[float, ...]) -> int:
@@ -38,7 +42,7 @@ def service_times(job: Job, rule: ServiceOrdering, moves: bool = False) -> tuple
     if running is None or not (rule.preempts or moves):
         return ()
     start = running.started_at
-    gpus = len(running.placement) * job.workers.gpus_per_worker
+    gpus = held_gpus(job)
     times = [start + rule.min_run_seconds]
     if gpus > 0 and rule.preempts:
         times.extend(start + (t - job.attained_gpu_seconds) / gpus for t in rule.thresholds_gpu_seconds)
@@ -75,13 +79,12 @@ class ServiceView:
                 if run is not None and run.started_at <= latest:
                     lv = self.level(victim)
                     if lv > 0:
-                        multi = len(set(run.placement)) > 1
-                        levels[victim.key] = (lv, len(run.placement) * victim.workers.gpus_per_worker, multi)
+                        levels[victim.key] = (lv, held_gpus(victim), len(set(run.placement)) > 1)
             self._levels[queue] = levels
         mine = self.level(job)
-        need = job.workers.total_gpus if self.spare_larger else 0
+        need = job.workers.total_gpus
         return {
             key: lv
             for key, (lv, gpus, multi) in levels.items()
-            if lv > mine and not (multi and gpus > need > 0)
+            if lv > mine and not (self.spare_larger and multi and gpus > need)
         }
