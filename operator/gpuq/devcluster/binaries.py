@@ -41,11 +41,11 @@ def hack_dir() -> Path:
 
 def pinned_versions() -> dict[str, str]:
     """K8S_VERSION / ETCD_VERSION / KWOK_VERSION from hack/versions.env, with environment overrides."""
-    pinned = _read_env(hack_dir() / "versions.env")
+    pinned = read_env(hack_dir() / "versions.env")
     return {key: os.environ.get(env) or pinned[key].strip() for key, env in _VERSION_KEYS.items()}
 
 
-def _read_env(path: Path) -> dict[str, str]:
+def read_env(path: Path) -> dict[str, str]:
     """KEY=value lines of a hack/*.env file (comments and blank lines skipped)."""
     try:
         lines = path.read_text().splitlines()
@@ -88,16 +88,18 @@ def ensure_binaries(progress: TextIO | None = sys.stderr) -> Path:
 
 
 def _run_build_script(progress: TextIO | None) -> Path:
-    directory = _run_hack("build-binaries.sh", "the control-plane binaries", progress)
+    directory = run_hack("build-binaries.sh", "the control-plane binaries", progress)
     if missing := missing_binaries(directory):
         raise DevClusterError(f"the build finished but {directory} lacks {', '.join(missing)}")
     return directory
 
 
-def _run_hack(script_name: str, what: str, progress: TextIO | None) -> Path:
+def run_hack(script_name: str, what: str, progress: TextIO | None, args: tuple[str, ...] = ()) -> Path:
     """Run a hack/ build script, relaying its progress (stderr); the path its last stdout line names."""
     script = hack_dir() / script_name
-    proc = subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stderr is not None and proc.stdout is not None
     last_line = ""
     for line in proc.stderr:  # relay progress as it happens; remember the final (error) line
@@ -126,7 +128,7 @@ def hack_tool(name: str, progress: TextIO | None = sys.stderr) -> Path:
         if cached is None:
             raise GoMissing(f"{name} is not built and Go is not installed (need Go >= 1.26 to build it)")
         return cached
-    binary = _run_hack(f"{name}.sh", name, progress)
+    binary = run_hack(f"{name}.sh", name, progress)
     if not os.access(binary, os.X_OK):
         raise DevClusterError(f"hack/{name}.sh finished but {binary} is not an executable")
     return binary
@@ -135,6 +137,6 @@ def hack_tool(name: str, progress: TextIO | None = sys.stderr) -> Path:
 def _cached_tool(name: str) -> Path | None:
     """hack/<name>.sh's cached binary: bin/<name>-<version>/<name>, the version from hack/tools.env."""
     key = f"{name.upper()}_VERSION"
-    version = os.environ.get(f"GPUQ_{key}") or _read_env(hack_dir() / "tools.env")[key].strip()
+    version = os.environ.get(f"GPUQ_{key}") or read_env(hack_dir() / "tools.env")[key].strip()
     binary = cache_root() / "bin" / f"{name}-{version}" / name
     return binary if os.access(binary, os.X_OK) else None

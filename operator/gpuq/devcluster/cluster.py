@@ -175,12 +175,14 @@ class Cluster:
         timeout: float = 120.0,
         extender_url: str | None = None,
         audit_pod_writes: bool = False,
+        apiserver_args: tuple[str, ...] = (),
     ) -> Cluster:
         """Start a cluster and return once every fake node is Ready and schedulable.
 
         extender_url: kube-scheduler calls gpuq's scheduler extender there (gpuq.schedconfig).
         audit_pod_writes: the API server logs every pod create and binding to `audit_log`, with
         microsecond timestamps (benchmarks time drains by it).
+        apiserver_args: more kube-apiserver flags (a benchmark matching another control plane's).
 
         tie_to_process: the processes die with the calling process (and thread), even on SIGKILL
         (Linux); used by test sessions. Without it the cluster outlives the caller until `down`.
@@ -215,7 +217,15 @@ class Cluster:
                 )
                 try:
                     cluster._start(
-                        bin_dir, ports, timing, tie_to_process, say, timeout, extender_url, audit_pod_writes
+                        bin_dir,
+                        ports,
+                        timing,
+                        tie_to_process,
+                        say,
+                        timeout,
+                        extender_url,
+                        audit_pod_writes,
+                        apiserver_args,
                     )
                     return cluster
                 except PortClash:
@@ -250,6 +260,7 @@ class Cluster:
         timeout: float,
         extender_url: str | None = None,
         audit_pod_writes: bool = False,
+        apiserver_args: tuple[str, ...] = (),
     ) -> None:
         t0 = time.monotonic()
         deadline = t0 + timeout
@@ -291,7 +302,7 @@ class Cluster:
             self._await("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports.etcd_client}/health"), deadline)
             mark("etcd")
             audit = paths if audit_pod_writes else None
-            start("kube-apiserver", comp.apiserver_argv(bin_dir, pki, ports, audit))
+            start("kube-apiserver", [*comp.apiserver_argv(bin_dir, pki, ports, audit), *apiserver_args])
             # short probe timeout: a port someone else listens on accepts and then never answers TLS
             probe = self.rest(timeout=1.0)
             self._await("kube-apiserver", lambda: probe.call("GET", "/readyz")[0] == 200, deadline)

@@ -34,19 +34,27 @@ def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval:
 
 def built_tool(name: str) -> Path:
     """hack/<name>.sh's binary (prometheus, helm) for a test, built on first use with its progress
-    shown past pytest's capture. Without Go the test skips, unless GPUQ_REQUIRE_<NAME> is set (as
-    .ci/run does), which makes it fail; a build that fails always fails the test."""
+    shown past pytest's capture (`required_build`)."""
+    from gpuq.devcluster.binaries import hack_tool
+
+    return required_build(name, lambda progress: hack_tool(name, progress=progress))
+
+
+def required_build(name: str, build: Callable[[Any], T]) -> T:
+    """What `build(progress)` builds from Go modules, for a test. Without Go the test skips, unless
+    GPUQ_REQUIRE_<NAME> is set (as .ci/run does), which makes it fail; a build that fails always
+    fails the test."""
     import os
     import sys
 
     import pytest
 
-    from gpuq.devcluster.binaries import GoMissing, hack_tool
+    from gpuq.devcluster.binaries import GoMissing
     from gpuq.devcluster.errors import DevClusterError
 
     require = f"GPUQ_REQUIRE_{name.upper()}"
     try:
-        return hack_tool(name, progress=sys.__stderr__)
+        return build(sys.__stderr__)
     except GoMissing as exc:
         if os.environ.get(require):
             pytest.fail(f"{exc} ({require} is set)")
