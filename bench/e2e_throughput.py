@@ -13,13 +13,20 @@ same pool of client threads as the TrainingJobs:
   scheduler  the pool creates plain pods for the default kube-scheduler (no gangs)
   jobs       the pool creates one Indexed batch/v1 Job per TrainingJob (parallelism = completions =
              its workers): kube-controller-manager's Job controller creates the pods and
-             kube-scheduler binds them, as a kube-scheduler user runs training (no gangs); the
-             like-for-like peer of gpuq, which also creates its pods
+             kube-scheduler binds them, as a kube-scheduler user runs training (no gangs)
+  kueue      what a Kueue user runs: the same Indexed Jobs with GPU requests and the queue-name
+             label, Kueue v0.17.0's manager (hack/kueue.sh; installed from its config/default,
+             webhooks and TAS on, gpuq.peers.kueue_stack) admitting them from a ClusterQueue of all
+             the GPUs, the Job controller creating the pods, kube-scheduler binding them: the peer
+             gpuq is judged against (`--no-kueue` skips it). Installed before its phase and removed
+             after it; its Jobs and pods are deleted, as are gpuq's after its phase (GPUs for the
+             next one)
 Submission (--submit): `backlog` (default) freezes the scheduler under test (SIGSTOP: kube-scheduler,
 with kube-controller-manager too for `jobs`, or the operator, which runs without leader election
 here) while the pool creates all its pods or
 TrainingJobs, then resumes it and times from the resume to the last bind: this measures how fast
-each one drains a queue. `live` times from the first create, with the scheduler running: then the
+each one drains a queue. Kueue cannot be frozen (its webhooks must answer the creates): its
+ClusterQueue is held (stopPolicy Hold) until every Job has its Workload, then released. `live` times from the first create, with the scheduler running: then the
 pool's own pace bounds all three (TrainingJobs, checked against their CRD schema, are created
 more slowly than pods), and gpuq was measured keeping pace (admission p50 1.3 s behind submission).
 The cluster has room for every job (--nodes: by default the mix's GPUs + 15%, racks of 16), so
@@ -31,7 +38,7 @@ Client limits: kube-scheduler runs with 200 qps, burst 400 (the dev cluster rais
 defaults so a burst of fake nodes and pods is not bound by them; it only binds, the pool creates its
 pods), gpuq with its defaults, the same 200/400 (it creates the pods, writes job status and
 places); the pool's clients are unlimited.
-Order: raw, scheduler, jobs, gpuq, jobs, scheduler, raw. The store only grows during a run, so each baseline
+Order: raw, scheduler, jobs, kueue, gpuq, kueue, jobs, scheduler, raw. The store only grows during a run, so each baseline
 runs once before and once after gpuq and the mean of the two is compared (neither side gets the
 emptier API server). Each phase starts once the API server takes fewer than 20 writes a second,
 so no phase pays for the previous one's trailing Events and status writes.
@@ -46,6 +53,7 @@ pod creates and bindings (microsecond timestamps; one line per bind, in every ph
 the last bind after the resume ends each drain.
 
 Reproduce: .venv/bin/python bench/e2e_throughput.py [--jobs 1000] [--mix philly|gangs] [--submit backlog|live]
+           [--no-kueue]
 """
 
 from __future__ import annotations
@@ -75,9 +83,13 @@ from kubernetes import watch
 from gpuq import logs
 from gpuq.api import meta
 from gpuq.controller.testing import DEFAULT_IMAGE, GpuqClient, OperatorProcess, install_crds
-from gpuq.devcluster import Cluster, Shape
+from gpuq.devcluster import Cluster, Shape, ensure_binaries
 from gpuq.devcluster.components import UPSTREAM_TIMING
+from gpuq.devcluster.shape import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL
 from gpuq.devcluster.testing import wait_for
+from gpuq.peers import kueue_stack
+from gpuq.peers.kueue_binaries import KueueBuild, ensure_kueue
+from gpuq.peers.kueue_stack import APISERVER_ARGS, KueueStack, queue_objects
 from gpuq.sim.metrics import percentile
 
 NS_GPUQ = "bench-gpuq"
@@ -200,6 +212,17 @@ def pod_lister(core: k8s.CoreV1Api) -> Callable[..., Any]:
         return json.loads(core.list_namespaced_pod(namespace, _preload_content=False, **kw).data)
 
     return list_pods  # type: ignore[no-any-return]
+
+
+def gang_latencies(bound: dict[str, float], replicas: dict[str, int], since: dict[str, float]) -> list[float]:
+    """Per job whose whole gang is bound, seconds from `since[job]` to its last pod's bind. Pods are
+    named <job>-<x>-<y> (gpuq: attempt and rank; a Job's: index and a random suffix)."""
+    pods_of: dict[str, list[float]] = {}
+    for pod, t in bound.items():
+        pods_of.setdefault(pod.rsplit("-", 2)[0], []).append(t)
+    return [
+        max(ts) - since[j] for j, ts in pods_of.items() if j in since and len(ts) >= replicas.get(j, 1 << 30)
+    ]
 
 
 def server_drain_s(audit_log: Path, ns: str, t0_wall: float, binding: bool) -> float:
@@ -327,6 +350,8 @@ def measure_gpuq(
     for w in (jobs_seen, bound):
         w.stop()
     latencies = [running[j] - max(submitted[j], t0) for j in running]
+    replicas = {f"j{i:04d}": r for i, (r, _) in enumerate(mix)}
+    to_bound = gang_latencies(bound.first, replicas, {j: max(t, t0) for j, t in submitted.items()})
     pods_total = sum(r for r, _ in mix)
     return {
         "jobs": jobs,
@@ -341,6 +366,8 @@ def measure_gpuq(
         "bound_rate": len(bound.first) / max(max(bound.first.values(), default=t0) - t0, 1e-9),
         "p50": percentile(latencies, 50) if latencies else float("nan"),
         "p99": percentile(latencies, 99) if latencies else float("nan"),
+        "bound_p50": percentile(to_bound, 50) if to_bound else float("nan"),
+        "bound_p99": percentile(to_bound, 99) if to_bound else float("nan"),
         "cpu": cpu,
         "rss": rss,
         "server_s": server_drain_s(audit_log, NS_GPUQ, t0_wall, binding=False),
@@ -439,6 +466,121 @@ def measure_jobs(
     return drain(dev, k8s.CoreV1Api(api), ns, pods, frozen, create, len(mix), timeout, backlog)
 
 
+class KueuePath:
+    """What a Kueue user runs for training, on the bench's cluster: Kueue's manager with TAS (a
+    Topology of the cluster's block/rack/node labels, a TAS ResourceFlavor over the kwok nodes, a
+    ClusterQueue with every GPU and its LocalQueue), one Indexed Job per TrainingJob (GPU requests,
+    the queue-name label; gangs with Kueue's preferred-topology annotation at node level, as gpuq's
+    default Preferred starts from the node), the Job controller creating the pods and kube-scheduler
+    binding them. `up` installs it (outside any phase's clock and write count), `down` removes the
+    Jobs, their pods, the queue objects and the manager (its webhooks would tax the other phases)."""
+
+    def __init__(self, api: k8s.ApiClient, stack: KueueStack, ns: str, gpus: int, held: bool) -> None:
+        self.custom, self.batch, self.core = (
+            k8s.CustomObjectsApi(api),
+            k8s.BatchV1Api(api),
+            k8s.CoreV1Api(api),
+        )
+        self.stack, self.ns = stack, ns
+        self.queue = ns  # one set of Kueue objects per phase: the previous phase's may still be finalizing
+        levels = (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL)
+        self.objects = queue_objects(self.queue, ns, max(gpus, 1), levels, {"type": "kwok"}, held=held)
+
+    def _each(self, verb: str) -> None:
+        for obj in self.objects if verb == "create" else reversed(self.objects):
+            plural = kueue_stack.plural(obj["kind"])
+            group, version = obj["apiVersion"].split("/")
+            name = obj["metadata"]["name"]
+            if obj["kind"] == "LocalQueue":
+                if verb == "create":
+                    self.custom.create_namespaced_custom_object(group, version, self.ns, plural, obj)
+                else:
+                    self.custom.delete_namespaced_custom_object(group, version, self.ns, plural, name)
+            elif verb == "create":
+                self.custom.create_cluster_custom_object(group, version, plural, obj)
+            else:
+                self.custom.delete_cluster_custom_object(group, version, plural, name)
+
+    def up(self) -> None:
+        self.stack.up()
+        self._each("create")
+
+    def submit(self, name: str, replicas: int, gpus: int) -> None:
+        topology = ("preferred", HOSTNAME_LABEL) if replicas > 1 else None
+        job = kueue_stack.indexed_job(name, self.queue, replicas, gpus, DEFAULT_IMAGE, topology)
+        self.batch.create_namespaced_job(self.ns, job)
+
+    def workloads(self) -> int:
+        return len(
+            self.custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", self.ns, "workloads")[
+                "items"
+            ]
+        )
+
+    def release(self) -> None:
+        """The held ClusterQueue admits again (stopPolicy None)."""
+        self.custom.patch_cluster_custom_object(
+            "kueue.x-k8s.io", "v1beta2", "clusterqueues", self.queue, {"spec": {"stopPolicy": "None"}}
+        )
+
+    def down(self) -> None:
+        self.batch.delete_collection_namespaced_job(self.ns, propagation_policy="Background")
+        self.core.delete_collection_namespaced_pod(self.ns, grace_period_seconds=0)
+        wait_for(lambda: not self.core.list_namespaced_pod(self.ns).items, 120, f"pods of {self.ns} gone")
+        self._each("delete")
+
+        def queue_gone() -> bool:  # Kueue's finalizer lets it go once its Workloads are gone
+            try:
+                self.custom.get_cluster_custom_object(
+                    "kueue.x-k8s.io", "v1beta2", "clusterqueues", self.queue
+                )
+            except k8s.ApiException as exc:
+                return exc.status == 404
+            return False
+
+        with contextlib.suppress(TimeoutError):
+            wait_for(queue_gone, 60, f"ClusterQueue {self.queue} deleted")
+        self.stack.down()
+
+
+def measure_kueue(
+    dev: Cluster, path: KueuePath, mix: list[tuple[int, int]], timeout: float, backlog: bool
+) -> dict[str, Any]:
+    """Pods bound per second on the Kueue path (pods created inside the clock). Backlog: the
+    ClusterQueue is held while the pool creates the Jobs and until Kueue has a Workload for each,
+    then released; timed from the release to the last bind."""
+    bound = Watcher(pod_lister(path.core), path.ns, pod_bound)
+    submitted: dict[str, float] = {}
+
+    def create(i: int) -> None:
+        name = f"k{i:04d}"
+        submitted[name] = time.monotonic()
+        path.submit(name, *mix[i])
+
+    t0, t0_wall = time.monotonic(), time.time()
+    in_pool(create, range(len(mix)))
+    if backlog:
+        wait_for(lambda: path.workloads() >= len(mix), timeout, "a Kueue Workload for every Job", 0.5)
+        path.release()
+        t0, t0_wall = time.monotonic(), time.time()
+    pods = sum(r for r, _ in mix)
+    with contextlib.suppress(TimeoutError):
+        wait_for(
+            lambda: len(bound.first) >= pods, timeout, "Kueue + Jobs + kube-scheduler binding the pods", 0.1
+        )
+    bound.stop()
+    done = len(bound.first)
+    replicas = {f"k{i:04d}": r for i, (r, _) in enumerate(mix)}
+    to_bound = gang_latencies(bound.first, replicas, {j: max(t, t0) for j, t in submitted.items()})
+    return {
+        "rate": done / max(max(bound.first.values(), default=t0) - t0, 1e-9),
+        "bound": done,
+        "server_s": server_drain_s(dev.audit_log, path.ns, t0_wall, binding=True),
+        "bound_p50": percentile(to_bound, 50) if to_bound else float("nan"),
+        "bound_p99": percentile(to_bound, 99) if to_bound else float("nan"),
+    }
+
+
 def quiesce(dev: Cluster, below: int = QUIET_WRITES_PER_S, timeout: float = 60.0) -> None:
     """Wait until the API server takes fewer than `below` writes a second (Leases aside): the
     previous phase's stragglers (the Job controller's and kube-scheduler's Events and status
@@ -479,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1000, help="TrainingJobs to submit (default 1000)")
     ap.add_argument("--mix", choices=sorted(MIXES), default="philly", help="job shapes (default philly)")
     ap.add_argument("--timeout", type=float, default=900, help="max seconds to wait for jobs to settle")
+    ap.add_argument("--no-kueue", action="store_true", help="skip the Kueue phases (no Kueue build needed)")
     args = ap.parse_args(argv)
     logs.configure("WARNING")
     mix = job_mix(args.jobs, args.mix)
@@ -490,14 +633,22 @@ def main(argv: list[str] | None = None) -> int:
     n = sum(r for r, _ in mix)
     t_up = time.monotonic()
     name = f"bench-e2e-{os.getpid()}"
+    kueue_build: KueueBuild | None = None if args.no_kueue else ensure_kueue()
     dev = Cluster.up(
-        name, shape, timing=UPSTREAM_TIMING, tie_to_process=True, timeout=600, audit_pod_writes=True
+        name,
+        shape,
+        timing=UPSTREAM_TIMING,
+        tie_to_process=True,
+        timeout=600,
+        audit_pod_writes=True,
+        apiserver_args=APISERVER_ARGS,  # Kueue's webhooks are reached through their Service's endpoints
     )
     print(f"cluster up in {time.monotonic() - t_up:.0f} s", flush=True)
     op = None
     raws: list[tuple[float, Counter[str]]] = []
     scheds: list[tuple[tuple[float, int, float], Counter[str]]] = []
     jobs: list[tuple[tuple[float, int, float], Counter[str]]] = []
+    kueues: list[tuple[dict[str, Any], Counter[str]]] = []
     try:
         cfg = k8s.Configuration()
         k8s_config.load_kube_config(config_file=str(dev.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
@@ -506,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         install_crds(api)
         gpuq = GpuqClient(api)
         core = gpuq.core
-        baselines = [f"bench-{kind}-{k}" for kind in ("raw", "sched", "jobs") for k in (1, 2)]
+        baselines = [f"bench-{kind}-{k}" for kind in ("raw", "sched", "jobs", "kueue") for k in (1, 2)]
         for ns in (NS_GPUQ, *baselines):
             create_namespace(core, ns)
         gpuq.create_queue(QUEUE, shape.gpu_count)
@@ -527,10 +678,24 @@ def main(argv: list[str] | None = None) -> int:
             jobs.append(phase(dev, lambda: measure_jobs(dev, api, ns, mix, args.timeout, backlog)))
             print(f"Jobs + kube-scheduler {k}: {jobs[-1][0][0]:.1f} pods/s", flush=True)
 
+        work = Path(tempfile.mkdtemp(prefix="gpuq-bench-e2e-"))
+        kubectl = ensure_binaries() / "kubectl"
+
+        def kueue_phase(k: int) -> None:
+            if kueue_build is None:
+                return
+            ns = f"bench-kueue-{k}"
+            stack = KueueStack(kueue_build, kubectl, dev.kubeconfig, work / f"kueue-{k}")
+            path = KueuePath(api, stack, ns, sum(r * g for r, g in mix), held=backlog)
+            path.up()
+            kueues.append(phase(dev, lambda: measure_kueue(dev, path, mix, args.timeout, backlog)))
+            path.down()
+            print(f"Kueue + Jobs + kube-scheduler {k}: {kueues[-1][0]['rate']:.1f} pods/s", flush=True)
+
         raw_phase(1)
         sched_phase(1)
         jobs_phase(1)
-        work = Path(tempfile.mkdtemp(prefix="gpuq-bench-e2e-"))
+        kueue_phase(1)
         # One operator: no election, so freezing it during the backlog's creation costs no lease.
         op = OperatorProcess(
             dev.kubeconfig, work / "operator.log", log_level="WARNING", extra_args=("--no-leader-elect",)
@@ -539,6 +704,8 @@ def main(argv: list[str] | None = None) -> int:
         g, g_writes = phase(dev, lambda: measure_gpuq(gpuq, op, mix, args.timeout, backlog, dev.audit_log))
         op.stop()
         print(f"gpuq: {g['bound_rate']:.1f} pods/s", flush=True)
+        gpuq.clear_namespace(NS_GPUQ, timeout=300)  # its GPUs, for the next Kueue phase
+        kueue_phase(2)
         jobs_phase(2)
         sched_phase(2)
         raw_phase(2)
@@ -569,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpuq   jobs admitted/s         {g['admitted_rate']:8.1f}")
     print(f"gpuq   pods bound/s            {g['bound_rate']:8.1f}   ({g['bound']} pods)")
     print(f"gpuq   submit-to-Running       p50 {g['p50']:.2f} s   p99 {g['p99']:.2f} s")
+    print(f"gpuq   submit-to-bound         p50 {g['bound_p50']:.2f} s   p99 {g['bound_p99']:.2f} s")
     print(f"gpuq   operator CPU            {g['cpu']:8.1f} s   peak RSS {g['rss']:.0f} MiB")
     print(
         f"raw    create+bind pods/s      {raw:8.1f}   ({n} pods, {THREADS} client threads; "
@@ -582,6 +750,21 @@ def main(argv: list[str] | None = None) -> int:
         f"Jobs + kube-scheduler pods/s   {jobs_rate:8.1f}   ({jobs_done}/{n} pods of {len(mix)} Indexed "
         f"Jobs, no gangs; before/after gpuq {jobs[0][0][0]:.1f} / {jobs[1][0][0]:.1f})"
     )
+    if kueues:
+        k_rate = sum(k["rate"] for k, _ in kueues) / len(kueues)
+        k_p99 = sum(k["bound_p99"] for k, _ in kueues) / len(kueues)
+        k_p50 = sum(k["bound_p50"] for k, _ in kueues) / len(kueues)
+        k_server = sum(k["server_s"] for k, _ in kueues) / len(kueues)
+        print(
+            f"Kueue + Jobs + k-sched pods/s  {k_rate:8.1f}   ({min(k['bound'] for k, _ in kueues)}/{n} pods; "
+            f"before/after gpuq {kueues[0][0]['rate']:.1f} / {kueues[-1][0]['rate']:.1f}); submit-to-bound "
+            f"p50 {k_p50:.2f} s, p99 {k_p99:.2f} s"
+        )
+        print(
+            f"ratio  gpuq / Kueue + Jobs + k-sched  pods bound/s {g['bound_rate'] / k_rate:.2f} (goal >= 2), "
+            f"submit-to-bound p99 {g['bound_p99'] / max(k_p99, 1e-9):5.2f} (goal <= 0.5), "
+            f"server clock {k_server / max(g['server_s'], 1e-9):5.2f}"
+        )
     print(f"ratio  gpuq / raw              {g['bound_rate'] / raw:8.2f}")
     print(f"ratio  gpuq / kube-scheduler   {g['bound_rate'] / sched:8.2f}")
     print(f"ratio  gpuq / Jobs + k-sched   {g['bound_rate'] / jobs_rate:8.2f}")
@@ -602,6 +785,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  raw            {sum(per_pod(w, n) for _, w in raws) / len(raws):5.2f}")
     print(f"  kube-scheduler {sum(per_pod(w, max(d, 1)) for (_, d, _), w in scheds) / len(scheds):5.2f}")
     print(f"  Jobs + k-sched {sum(per_pod(w, max(d, 1)) for (_, d, _), w in jobs) / len(jobs):5.2f}")
+    if kueues:
+        k_writes = sum(per_pod(w, max(k["bound"], 1)) for k, w in kueues) / len(kueues)
+        print(
+            f"  Kueue + Jobs   {k_writes:5.2f}   "
+            + ", ".join(
+                f"{res or '?'} {c / max(kueues[0][0]['bound'], 1):.2f}"
+                for res, c in kueues[0][1].most_common(8)
+            )
+        )
     print(f"\nreproduce: .venv/bin/python {cmd}".rstrip())
     return 0
 
