@@ -235,6 +235,12 @@ class KubeApi:
         self._max_connections = max_connections
         self._rand = random.Random()
 
+    def dedicated(self, max_connections: int) -> KubeApi:
+        """A client with this one's credentials, policy, clock and observer but connections of its
+        own: HTTP/1.1 carries one request per connection, so a request that must never wait behind
+        this client's backlog (the Lease's) needs a pool nothing else uses."""
+        return KubeApi(self.creds, max_connections, self.policy, self.clock, self.observe)
+
     async def __aenter__(self) -> KubeApi:
         return self
 

@@ -293,6 +293,8 @@ class Runtime:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.elector is not None:
+            await self.elector.close()
         self.term = None
 
     def probe(self) -> dict[str, Any]:
