@@ -23,11 +23,11 @@ same pool of client threads as the TrainingJobs:
              next one)
 Submission (--submit): `backlog` (default) freezes the scheduler under test (SIGSTOP: kube-scheduler,
 with kube-controller-manager too for `jobs`, or the operator, which runs without leader election
-here) while the pool creates all its pods or
-TrainingJobs, then resumes it and times from the resume to the last bind: this measures how fast
-each one drains a queue. Kueue cannot be frozen (its webhooks must answer the creates): its
-ClusterQueue is held (stopPolicy Hold) until every Job has its Workload, then released. `live` times from the first create, with the scheduler running: then the
-pool's own pace bounds all three (TrainingJobs, checked against their CRD schema, are created
+here) while the pool creates all its pods or TrainingJobs, then resumes it and times from the
+resume to the last bind: this measures how fast each one drains a queue. Kueue cannot be frozen
+(its webhooks must answer the creates): its ClusterQueue is held (stopPolicy Hold) until every Job
+has its Workload, then released. `live` times from the first create, with the scheduler running:
+then the pool's own pace bounds all three (TrainingJobs, checked against their CRD schema, are created
 more slowly than pods), and gpuq was measured keeping pace (admission p50 1.3 s behind submission).
 The cluster has room for every job (--nodes: by default the mix's GPUs + 15%, racks of 16), so
 every pod counts. Nodes keep upstream's timings (lease 40 s renewed every 10 s, grace 50 s): with the
@@ -38,10 +38,10 @@ Client limits: kube-scheduler runs with 200 qps, burst 400 (the dev cluster rais
 defaults so a burst of fake nodes and pods is not bound by them; it only binds, the pool creates its
 pods), gpuq with its defaults, the same 200/400 (it creates the pods, writes job status and
 places); the pool's clients are unlimited.
-Order: raw, scheduler, jobs, kueue, gpuq, kueue, jobs, scheduler, raw. The store only grows during a run, so each baseline
-runs once before and once after gpuq and the mean of the two is compared (neither side gets the
-emptier API server). Each phase starts once the API server takes fewer than 20 writes a second,
-so no phase pays for the previous one's trailing Events and status writes.
+Order: raw, scheduler, jobs, kueue, gpuq, kueue, jobs, scheduler, raw. The store only grows during
+a run, so each baseline runs once before and once after gpuq and the mean of the two is compared
+(neither side gets the emptier API server). Each phase starts once the API server takes fewer than
+20 writes a second, so no phase pays for the previous one's trailing Events and status writes.
 
 Writes per bound pod: mutating requests (POST/PUT/PATCH/DELETE) the API server counted during each
 phase (apiserver_request_total), from every client (the submitter, gpuq or kube-scheduler, kwok's
@@ -63,7 +63,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import shlex
 import sys
 import tempfile
@@ -110,7 +109,6 @@ MIXES = {
     ),
     "gangs": ((1, 1, 1 / 3), (8, 1, 1 / 3), (8, 4, 1 / 3)),
 }
-WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 SCHEDULER = "default-scheduler"
 
 
@@ -133,20 +131,6 @@ def job_mix(n: int, mix: str = "philly", seed: int = 1) -> list[tuple[int, int]]
     rng = random.Random(seed)
     kinds = [(r, g) for g, r, _ in MIXES[mix]]
     return rng.choices(kinds, weights=[p for _, _, p in MIXES[mix]], k=n)
-
-
-def api_writes(dev: Cluster) -> Counter[str]:
-    """Mutating requests the API server has answered, by resource[/subresource]; Lease renewals
-    (kwok's node heartbeats, leader election) are left out: they follow the clock, not the work."""
-    out: Counter[str] = Counter()
-    for line in dev.rest().call("GET", "/metrics")[1].splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
-        if labels.get("verb") in WRITE_VERBS and labels.get("resource") != "leases":
-            sub = labels.get("subresource")
-            out[labels.get("resource", "") + (f"/{sub}" if sub else "")] += int(float(line.rsplit(" ", 1)[1]))
-    return out
 
 
 class Watcher:
@@ -586,10 +570,10 @@ def quiesce(dev: Cluster, below: int = QUIET_WRITES_PER_S, timeout: float = 60.0
     previous phase's stragglers (the Job controller's and kube-scheduler's Events and status
     writes, flushed at their own rate limits) would otherwise land in, and tax, the next phase."""
     deadline = time.monotonic() + timeout
-    last = sum(api_writes(dev).values())
+    last = sum(dev.api_writes().values())
     while time.monotonic() < deadline:
         time.sleep(1.0)
-        now = sum(api_writes(dev).values())
+        now = sum(dev.api_writes().values())
         if now - last < below:
             return
         last = now
@@ -599,10 +583,10 @@ def phase(dev: Cluster, run: Callable[[], Any]) -> tuple[Any, Counter[str]]:
     """Run one measurement once the API server is quiet; also return the API writes it caused, by
     resource."""
     quiesce(dev)
-    before = api_writes(dev)
+    before = dev.api_writes()
     out = run()
     time.sleep(2)  # let trailing status updates (kwok, the controller-manager) land in this phase
-    after = api_writes(dev)
+    after = dev.api_writes()
     return out, after - before
 
 
@@ -698,7 +682,11 @@ def main(argv: list[str] | None = None) -> int:
         kueue_phase(1)
         # One operator: no election, so freezing it during the backlog's creation costs no lease.
         op = OperatorProcess(
-            dev.kubeconfig, work / "operator.log", log_level="WARNING", extra_args=("--no-leader-elect",)
+            dev.kubeconfig,
+            work / "operator.log",
+            log_level="WARNING",
+            extra_args=("--no-leader-elect",),
+            tie_to_parent=True,
         ).start()
         time.sleep(3)  # let the operator list the cluster before the burst
         g, g_writes = phase(dev, lambda: measure_gpuq(gpuq, op, mix, args.timeout, backlog, dev.audit_log))

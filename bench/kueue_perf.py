@@ -66,7 +66,7 @@ def run_kueue(
     say(f"== Kueue {build.version}: runner + minimalkueue (load average {os.getloadavg()[0]:.1f})")
     run = perf_kueue.run(build, control_plane, args.config, work / "kueue", args.timeout, plan.topology, say)
     say(f"kueue: done in {run.runner_wall_s:.0f} s (artifacts {run.out})")
-    return {"summary": run.summary, "stats": run.stats}
+    return {"summary": run.summary, "stats": run.stats, "writes": run.writes}
 
 
 def run_gpuq(args: argparse.Namespace, plan: perf_generator.Plan, work: Path) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def run_gpuq(args: argparse.Namespace, plan: perf_generator.Plan, work: Path) ->
         say(f"  {err}")
     if not run.finished_all:
         say(f"gpuq: NOT every job finished within {args.timeout:.0f} s")
-    return {"summary": run.summary, "stats": run.stats}
+    return {"summary": run.summary, "stats": run.stats, "writes": run.writes}
 
 
 def table(results: dict[str, dict[str, Any]], classes: tuple[str, ...]) -> None:
@@ -114,6 +114,11 @@ def table(results: dict[str, dict[str, Any]], classes: tuple[str, ...]) -> None:
     row("admissions/s (of wall time)", [f[s]["admissions_per_s"] for s in sides], ".1f")
     row("scheduler CPU (s)", [f[s]["cpu_s"] for s in sides], ".1f")
     row("scheduler peak RSS (MiB)", [f[s]["peak_rss_mib"] for s in sides], ".0f")
+    say("API writes per workload (all clients; Leases aside; Kueue's from its envtest's last scrape):")
+    for s in sides:
+        writes, n = results[s]["writes"], max(f[s]["workloads"], 1)
+        top = ", ".join(f"{res} {c / n:.2f}" for res, c in writes.most_common(7))
+        say(f"  {s:6} {sum(writes.values()) / n:5.2f}   {top}")
 
 
 def verdicts(results: dict[str, dict[str, Any]], spec: RangeSpec | None, where: Path | None) -> None:

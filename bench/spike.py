@@ -110,7 +110,11 @@ def spike_gpuq(
     port = free_port()
     work = Path(tempfile.mkdtemp(prefix="gpuq-bench-spike-"))
     op = OperatorProcess(
-        dev.kubeconfig, work / "operator.log", log_level="WARNING", extra_args=("--metrics-port", str(port))
+        dev.kubeconfig,
+        work / "operator.log",
+        log_level="WARNING",
+        extra_args=("--metrics-port", str(port)),
+        tie_to_parent=True,
     ).start()
     try:
         time.sleep(5)  # the operator lists the cluster before the spike

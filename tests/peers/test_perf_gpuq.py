@@ -138,3 +138,25 @@ async def test_a_pod_that_kwok_moves_to_running_after_its_finish_is_finished_aga
     assert state.progress.repatched == 1
     state.apply("Pod", "MODIFIED", pod(0, phase="Succeeded"))
     assert len(finished) == 3
+
+
+async def test_an_older_attempt_left_behind_is_no_admission_of_the_next() -> None:
+    """A gang whose pod succeeded just as gpuq preempted it keeps that pod (a finished pod is not
+    deleted); the next attempt's admission must still be seen, and finished."""
+    state, rec, finished, clock = make()
+    state.apply("TrainingJob", "ADDED", job("Queued"))
+    state.apply("Pod", "ADDED", pod(0))
+    state.apply("Pod", "ADDED", pod(1))
+    await asyncio.sleep(0.1)
+    state.apply("Pod", "MODIFIED", pod(0, phase="Succeeded"))
+    state.apply("Pod", "MODIFIED", pod(1, phase="Succeeded"))  # finished as the eviction was decided
+    state.apply("TrainingJob", "MODIFIED", job("Preempted", 1))
+    state.apply("TrainingJob", "MODIFIED", job("Queued", 1))  # requeued: attempt 1's pods stay
+    assert rec.summary().workloads["gang"].evictions == 1
+    finished.clear()
+    clock.t = 110.0
+    state.apply("Pod", "ADDED", pod(0, attempt=2))
+    state.apply("Pod", "ADDED", pod(1, attempt=2))
+    await asyncio.sleep(0.1)
+    assert sorted(finished) == [(NS, f"{JOB}-2-0"), (NS, f"{JOB}-2-1")]
+    assert rec.summary().workloads["gang"].avg_time_to_admission_s == 10.0

@@ -19,6 +19,7 @@ import yaml
 from kubernetes import client as k8s
 
 from gpuq.api import crd, meta
+from gpuq.devcluster.processes import die_with_parent
 from gpuq.devcluster.testing import wait_for
 
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
@@ -95,7 +96,11 @@ class OperatorProcess:
         log_level: str = "INFO",
         env: dict[str, str] | None = None,
         image: ContainerImage | None = None,
+        tie_to_parent: bool = False,
     ) -> None:
+        """tie_to_parent: the operator dies with the thread that starts it, even on SIGKILL
+        (Linux), as the local cluster's processes can; a killed benchmark leaves no operator behind."""
+        self.tie_to_parent = tie_to_parent
         self.env = dict(env or {})
         self.image = image
         self.log_level = log_level
@@ -116,8 +121,9 @@ class OperatorProcess:
         else:
             args = [sys.executable, "-m", "gpuq.cli", *args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        tie = die_with_parent if self.tie_to_parent and sys.platform == "linux" else None
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=tie)
         return self
 
     @property

@@ -17,6 +17,7 @@ import signal
 import ssl
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,6 +49,27 @@ def _log() -> Any:
 Progress = Callable[[str], None]
 OPERATOR_NAMESPACE = "gpuq-system"
 _PORT_ATTEMPTS = 3
+
+
+# Mutating verbs as apiserver_request_total names them (APPLY: a server-side apply patch).
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+
+
+def api_write_counts(metrics: str) -> Counter[str]:
+    """Mutating requests an API server has answered so far, by resource[/subresource], from its
+    /metrics text (apiserver_request_total); Lease renewals (node heartbeats, leader election) are
+    left out: they follow the clock, not the work."""
+    out: Counter[str] = Counter()
+    for line in metrics.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        if labels.get("verb") not in WRITE_VERBS or labels.get("resource") == "leases":
+            continue
+        sub = labels.get("subresource")
+        resource = labels.get("resource", "") + (f"/{sub}" if sub else "")
+        out[resource] += int(float(line.rsplit(" ", 1)[1]))
+    return out
 
 
 class PortClash(DevClusterError):
@@ -151,6 +173,11 @@ class Cluster:
     def timings(self) -> dict[str, float]:
         """Seconds from the start of `up` until each milestone (certs, etcd, apiserver, nodes_ready)."""
         return dict(self.state.get("timings", {}))
+
+    def api_writes(self) -> Counter[str]:
+        """`api_write_counts` of this cluster's API server now (benchmarks take the difference
+        around a phase)."""
+        return api_write_counts(self.rest().call("GET", "/metrics")[1])
 
     def rest(self, timeout: float = 10.0) -> Rest:
         pki = Pki(self.paths.pki)

@@ -48,7 +48,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     return fields[0], int(fields[19])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """preexec hook (Linux): the kernel kills the child if the thread that started it dies, even by
     SIGKILL, so a killed test session cannot orphan its cluster. SIGKILL, not SIGTERM: the state is
     throwaway, and an API server whose etcd died alongside it would hang in graceful shutdown."""
@@ -74,7 +74,7 @@ def spawn(
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,
             start_new_session=True,
-            preexec_fn=_die_with_parent if tie_to_parent and sys.platform == "linux" else None,
+            preexec_fn=die_with_parent if tie_to_parent and sys.platform == "linux" else None,
         )
     stat = _proc_stat(proc.pid)
     return ProcessRecord(name, proc.pid, stat[1] if stat else None, str(log), tuple(argv))

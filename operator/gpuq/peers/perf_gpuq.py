@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -67,6 +69,7 @@ class _Job:
     key: str
     phase: str = ""
     attempt: int = 0  # status.attempt
+    newest: int = 0  # the newest attempt seen, in its status or its pods' labels
     pods: dict[str, _Pod] = field(default_factory=dict)
     admitted: bool = False
     finish_attempt: int | None = None  # the attempt whose pods the runner rule finishes
@@ -86,13 +89,14 @@ class Progress:
 
 
 def _complete_attempt(job: _Job) -> int | None:
-    """The newest attempt whose whole gang is bound and alive, if any."""
-    alive: dict[int, int] = {}
-    for p in job.pods.values():
-        if p.bound and not p.deleting and p.phase != "Failed":
-            alive[p.attempt] = alive.get(p.attempt, 0) + 1
-    full = [a for a, n in alive.items() if n >= job.plan.workers]
-    return max(full) if full else None
+    """The newest attempt, if its whole gang is bound and alive. An older attempt's pods may
+    linger (one that succeeded as it was preempted is not deleted): they are no admission."""
+    alive = sum(
+        1
+        for p in job.pods.values()
+        if p.attempt == job.newest and p.bound and not p.deleting and p.phase != "Failed"
+    )
+    return job.newest if alive >= job.plan.workers else None
 
 
 class RunnerState:
@@ -143,6 +147,7 @@ class RunnerState:
                 return
             status = body.get("status") or {}
             job.phase, job.attempt = status.get("phase", ""), int(status.get("attempt") or 0)
+            job.newest = max(job.newest, job.attempt)
             if event_type == "ADDED":
                 self.progress.created += 1
         else:  # Pod
@@ -161,6 +166,7 @@ class RunnerState:
                     md.get("deletionTimestamp") is not None,
                 )
                 job.pods[name] = pod
+                job.newest = max(job.newest, pod.attempt)
                 if job.finish_attempt == pod.attempt and job.finish_due is None:
                     self._finish_pod(job, name, pod, again=True)
         self._observe(job, t)
@@ -310,6 +316,7 @@ class GpuqRun:
     progress: Progress
     generation_s: float
     finished_all: bool
+    writes: Counter[str] = field(default_factory=Counter)  # the API server's, by resource, during the run
 
 
 def _stop(op: OperatorProcess, timeout: float = 30.0) -> tuple[float, float]:
@@ -355,7 +362,7 @@ async def run(
     tasks.append(asyncio.create_task(finisher.run()))
     for i in informers:
         await i.synced.wait()
-    op = OperatorProcess(kubeconfig, operator_log, extra_args=operator_args).start()
+    op = OperatorProcess(kubeconfig, operator_log, extra_args=operator_args, tie_to_parent=True).start()
     t0 = time.monotonic()
     gen = asyncio.create_task(generate(api, plan))
     generation_s = float("nan")
@@ -420,6 +427,8 @@ def run_on_local_cluster(
         install_crds(api)
         ensure_namespace(k8s.CoreV1Api(api), "gpuq-system")  # the Lease's, as manifests/ creates it
         log = work / "gpuq-operator.log"
-        return asyncio.run(run(plan, dev.kubeconfig, log, timeout_s, say, operator_args=operator_args))
+        before = dev.api_writes()
+        result = asyncio.run(run(plan, dev.kubeconfig, log, timeout_s, say, operator_args=operator_args))
+        return dataclasses.replace(result, writes=dev.api_writes() - before)
     finally:
         dev.down()

@@ -16,14 +16,21 @@ for gpuq's local cluster, the same binaries gpuq's side runs on.
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import time
+import urllib.request
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuq.controller.kubeapi import load_credentials
+from gpuq.devcluster.cluster import api_write_counts
 from gpuq.peers.kueue_binaries import KueueBuild
 from gpuq.peers.perf_recorder import CmdStats, Summary, read_cmd_stats, read_summary
+
+SCRAPE_EVERY_S = 5.0  # the envtest API server's metrics, for writes per workload
 
 
 class KueueRunFailed(RuntimeError):
@@ -36,6 +43,23 @@ class KueueRun:
     stats: CmdStats
     runner_wall_s: float
     out: Path
+    writes: Counter[str]  # the envtest API server's writes, by resource, at its last scrape
+
+
+def _scrape_writes(kubeconfig: Path) -> Counter[str] | None:
+    """The envtest API server's write counts, through the kubeconfig the runner writes for
+    minimalkueue; None while it is not there (yet, or any more)."""
+    if not kubeconfig.exists():
+        return None
+    try:
+        creds = load_credentials(str(kubeconfig))
+        ctx = ssl.create_default_context(cafile=creds.ca_file)
+        if creds.cert_file and creds.key_file:
+            ctx.load_cert_chain(creds.cert_file, creds.key_file)
+        with urllib.request.urlopen(f"{creds.host}/metrics", timeout=5, context=ctx) as resp:
+            return api_write_counts(resp.read().decode())
+    except Exception:  # the control plane is starting or stopping: the last scrape stands
+        return None
 
 
 def command(build: KueueBuild, generator: Path, out: Path, timeout_s: float, tas: bool) -> list[str]:
@@ -68,13 +92,17 @@ def run(
     env = {**os.environ, "KUBEBUILDER_ASSETS": str(control_plane)}
     env.pop("KUBECONFIG", None)
     t0 = time.monotonic()
+    writes: Counter[str] = Counter()
     with (out / "runner.log").open("wb") as log:
         proc = subprocess.Popen(
             command(build, generator, out, timeout_s, tas), stdout=log, stderr=subprocess.STDOUT, env=env
         )
-        next_report = t0 + report_every_s
+        next_report, next_scrape = t0 + report_every_s, t0
         while proc.poll() is None:
             time.sleep(1.0)
+            if time.monotonic() >= next_scrape:
+                writes = _scrape_writes(out / "kubeconfig") or writes
+                next_scrape = time.monotonic() + SCRAPE_EVERY_S
             if time.monotonic() >= next_report:
                 say(
                     f"kueue: {time.monotonic() - t0:5.0f} s  (runner and minimalkueue running; "
@@ -87,4 +115,4 @@ def run(
         raise KueueRunFailed(
             f"Kueue's runner exited {proc.returncode} after {wall:.0f} s; its log: {out / 'runner.log'}"
         )
-    return KueueRun(read_summary(summary, out / "wlStates.csv"), read_cmd_stats(stats), wall, out)
+    return KueueRun(read_summary(summary, out / "wlStates.csv"), read_cmd_stats(stats), wall, out, writes)
