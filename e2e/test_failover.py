@@ -257,3 +257,37 @@ def test_preemption_gives_up_waiting_for_a_checkpoint_after_the_grace_period(
     assert evicted - asked >= 6 - 1  # ...for the whole grace period, then gives up
     assert st["preemptions"] == 1 and st.get("restarts", 0) == 0 and "lastCheckpoint" not in st
     phase(gpuq, operator, ns, "urgent", "Running")
+
+
+def test_a_running_job_whose_queue_was_deleted_is_still_failed_over(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    failed: list[str],
+) -> None:
+    """Issue 33: it stayed Running on a dead node until its queue came back. A dead node is handled
+    whatever happened to the queue: the gang is stopped, and waits Recovering with QueueNotFound."""
+    nodes = cluster.node_names[-3:]
+    q = queue(64)
+    gpuq.create_job(ns, pinned_job(gpuq, "orphan", q, 2, nodes))
+    first = phase(gpuq, operator, ns, "orphan", "Running")
+    gpuq.delete_queue(q)
+    victim = first["placement"][0]["node"]
+    failed.append(victim)
+    cluster.fail_node(victim)
+    st = gpuq.wait_status(
+        ns,
+        "orphan",
+        lambda s: s.get("phase") == "Recovering" and s.get("reason") == "QueueNotFound",
+        60,
+        "orphan stopped and blocked",
+    )
+    assert st["restarts"] == 1 and victim in st["failedNodes"] and st["placement"] == []
+    blocked = gpuq.condition(ns, "orphan", "Blocked")
+    assert blocked is not None and blocked["reason"] == "QueueNotFound"
+    wait_for(lambda: not gpuq.pods(ns, "orphan"), 60, "the stopped gang's pods gone")
+    gpuq.create_queue(q, 64)
+    st = phase(gpuq, operator, ns, "orphan", "Running")
+    assert st["attempt"] == 2 and victim not in {p["node"] for p in st["placement"]}

@@ -520,6 +520,8 @@ class SchedulingLoop:
                 continue
             self.tracker.finish(r.job)
             readmit = admits.pop(r.job, None)  # a first restart is re-placed in the same cycle
+            if r.job in view.blocked:
+                readmit = None  # its queue no longer admits it: it waits Recovering, blocked
             self.writer.submit(r.job, partial(self._restart, job, r, readmit, now, failed))
         for a in admits.values():
             job = self.cache.jobs.get(a.job)

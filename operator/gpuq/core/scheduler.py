@@ -768,7 +768,10 @@ class _Cycle:
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
         latest = now - self.cfg.service.min_run_seconds
         out = []
-        for keys in ix.running_by_queue.values():
+        for qn, keys in ix.running_by_queue.items():
+            queue = self.queues.get(qn)
+            if queue is None or queue.held:
+                continue  # a moved gang could not come back: its queue is gone or admits nothing
             for key in keys:
                 v = ix.jobs[key]
                 if key in self.unavailable or v.priority > job.priority:
