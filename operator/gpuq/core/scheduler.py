@@ -14,7 +14,7 @@ Phases (docs/scheduling.md):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -296,18 +296,7 @@ class _Cycle:
         old_models = dict(self.ix.job_models.get(job.key, ()))
         self.book.add(job.queue, 0, {m: -g for m, g in old_models.items()})
         allowed, model_reason = self._allowed_models(q, job, job.workers.total_gpus, d)
-
-        def search(tiers: list[list[Pool]]) -> Placement | None:
-            # Nodes that failed under the job are avoided; when nothing else fits, a recovered one (now
-            # healthy, Ready and not flapping) beats waiting forever: placement skips unusable nodes anyway.
-            # A node failing it right now is no fallback: its old pods still hold it, and it fails it.
-            for exclude in (r.exclude, r.failing) if r.exclude != r.failing else (r.exclude,):
-                for dom in self._prefer_domains(r.previous):
-                    p = place(st, tiers, Request(d, R, depth, dom, exclude), self.weights)
-                    if p is not None:
-                        return p
-            return None
-
+        search = self._avoiding(d, R, depth, r.exclude, r.failing, self._prefer_domains(r.previous))
         p, tiers, capped = self._place_within_model_quota(q, job, d, allowed, search)
         if p is not None:
             st.use_all(p.assign, d, 1)
@@ -326,6 +315,31 @@ class _Cycle:
         if r.exclude:
             reason += f" (avoiding {len(r.exclude)} failed nodes)"
         self._pend(job, reason, code)
+
+    def _avoiding(
+        self,
+        d: Demand,
+        R: int,
+        depth: int | None,
+        avoid: frozenset[int],
+        failing: frozenset[int] = frozenset(),
+        domains: Sequence[int] = (0,),
+    ) -> Callable[[list[list[Pool]]], Placement | None]:
+        """The placement search for a job that avoids the nodes that failed under it (`avoid`: its
+        failedNodes, and those failing it now), trying `domains` in order. When nothing else fits, a
+        recovered one (healthy, Ready, not flapping: placement skips unusable nodes anyway) beats
+        waiting forever; a node failing it right now (`failing`) never is: its old pods still hold it."""
+        st, weights = self.st, self.weights
+
+        def search(tiers: list[list[Pool]]) -> Placement | None:
+            for exclude in (avoid, failing) if avoid != failing else (avoid,):
+                for dom in domains:
+                    p = place(st, tiers, Request(d, R, depth, dom, exclude), weights)
+                    if p is not None:
+                        return p
+            return None
+
+        return search
 
     def _hold_leftovers(
         self, old: Iterable[tuple[int, int]], new: Iterable[tuple[int, int]], d: Demand
@@ -567,9 +581,12 @@ class _Cycle:
         quota_ok = qc.ok and allowed != frozenset()
         tiers: list[list[Pool]] | None = None
         capped = ""
+        # Nodes that failed under it stay avoided after its recovery (a preemption, a drain, a
+        # kubelet's refusal sends it back to its queue): docs/failover.md, "Recovery".
+        avoid = self._indices_set(job.avoid_nodes) if job.avoid_nodes else frozenset()
         if quota_ok:
             p, tiers, capped = self._place_within_model_quota(
-                q, job, d, allowed, lambda t: place(st, t, Request(d, R, depth), self.weights)
+                q, job, d, allowed, self._avoiding(d, R, depth, avoid)
             )
             if p is not None:
                 st.use_all(p.assign, d, 1)
@@ -579,7 +596,8 @@ class _Cycle:
             tiers = tiers or st.pool_tiers(job, R, allowed)
             # Only a queue's head may preempt (as in Kueue): jobs behind it would evict gangs that
             # leave leftovers for borrowers to take again, a reclaim churn with no end.
-            if is_head and self._preempt(job, q, G, d, Request(d, R, depth), tiers) is _Outcome.WAITING:
+            req = Request(d, R, depth, 0, avoid)
+            if is_head and self._preempt(job, q, G, d, req, tiers) is _Outcome.WAITING:
                 return _Outcome.WAITING
         if not quota_ok:
             if qc.ok:  # only its model quota blocks it
