@@ -291,3 +291,35 @@ def test_a_running_job_whose_queue_was_deleted_is_still_failed_over(
     gpuq.create_queue(q, 64)
     st = phase(gpuq, operator, ns, "orphan", "Running")
     assert st["attempt"] == 2 and victim not in {p["node"] for p in st["placement"]}
+
+
+def test_a_preemption_that_buys_nothing_is_called_off(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    failed: list[str],
+) -> None:
+    """Issue 33: the preemptor was placed on a node that had just recovered, yet its victim was
+    still evicted 60 s later and re-admitted on the same nodes. Now the preemption is called off:
+    the request annotation goes, the victim runs on in its first attempt."""
+    spare, home = cluster.node_names[-2:]
+    q = queue(64)
+    failed.append(spare)
+    cluster.fail_node(spare)
+    slow = {"requestOnPreemption": True, "gracePeriodSeconds": 600}
+    gpuq.create_job(ns, pinned_job(gpuq, "low", q, 1, [home, spare], checkpoint=slow))
+    assert phase(gpuq, operator, ns, "low", "Running")["placement"][0]["node"] == home
+    gpuq.create_job(ns, pinned_job(gpuq, "high", q, 1, [home, spare], priority=10))
+    wait_for(lambda: all(shared.checkpoint_asked(gpuq, ns, "low")), 30, "checkpoint requested on low's pods")
+    cluster.recover_node(spare)
+    high = phase(gpuq, operator, ns, "high", "Running")
+    assert high["placement"][0]["node"] == spare
+    low = gpuq.wait_status(ns, "low", lambda s: "preemption" not in s, 30, "the preemption called off")
+    assert low["phase"] == "Running" and low["attempt"] == 1 and low.get("preemptions", 0) == 0
+    assert gpuq.condition(ns, "low", "PreemptionRequested") is None
+    assert "called off" in low["message"]
+    wait_for(lambda: not any(shared.checkpoint_asked(gpuq, ns, "low")), 30, "the request annotation removed")
+    shared.wait_events(gpuq, ns, "low", {"PreemptionCalledOff"})
+    assert "Preempted" not in {e.reason for e in gpuq.events(ns, "low")}

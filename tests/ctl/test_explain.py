@@ -212,3 +212,41 @@ def test_cycle_limit_is_explained_and_lifting_it_admits_the_job() -> None:
         "nothing: it is tried again next cycle (maxAdmissionsPerCycle 1 was reached)"
     ]
     assert State.of([*NODES, *bodies], SchedulerConfig(), NOW).admitted_next("team-a/two")
+
+
+def preempting(name: str, nodes: list[str], preemptor: str, queue_name: str = "q") -> list[dict[str, Any]]:
+    """A running gang whose status records a preemption in progress (asked to checkpoint)."""
+    body, *pods = running(name, nodes, queue_name=queue_name)
+    body["status"]["preemption"] = {
+        "preemptor": preemptor,
+        "reason": "test",
+        "requestedAt": "2023-11-14T22:13:50Z",
+        "deadline": "2023-11-14T22:14:50Z",
+    }
+    return [body, *pods]
+
+
+def test_a_reclaimer_waiting_for_the_borrower_it_preempted_says_so() -> None:
+    """Issue 33: it said InsufficientCapacity, "no peer in cohort c runs on borrowed quota" and
+    "jobs ahead of it would take the room" while the borrower's gang was checkpointing for it."""
+    qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=16, cohort="c")]
+    borrower = preempting("big", ["n0", "n1", "n2", "n3"], "team-a/own", queue_name="b")
+    s = state(*qs, *borrower, job("own", queue_name="a", replicas=2))
+    ex = explain(s, "team-a/own")
+    assert ex.code == PendingCode.WAITING_FOR_PREEMPTION
+    assert ex.summary == "waiting for 1 preempted gang to release GPUs"
+    assert section(ex, "What would unblock it") == ["its victims releasing their GPUs: team-a/big"]
+
+
+def test_a_job_alone_in_its_queue_is_not_told_of_jobs_ahead_of_it() -> None:
+    """The room it needs is held by a gang being stopped (spec.suspend): nothing is ahead of it."""
+    stopping = preempting("off", ["n0", "n1", "n2", "n3"], "suspend")
+    stopping[0]["spec"]["suspend"] = True
+    s = state(queue("q", nominal=64), queue("solo", nominal=64), *stopping, job("w", queue_name="solo"))
+    ex = explain(s, "team-a/w")
+    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
+    assert section(ex, "What would unblock it") == [
+        "no set of running jobs finishing lets it in on its own: gangs being evicted still hold its room "
+        "(team-a/off); it fits once they are gone"
+    ]
+    assert section(ex, "Queue") == ["position 1 of 1 waiting in queue solo (priority 0)"]

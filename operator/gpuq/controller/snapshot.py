@@ -406,7 +406,7 @@ class SnapshotBuilder:
             if q.spec is not None
         }
         # Pass 1: which jobs hold placements (they shape node usage and health).
-        candidates: list[tuple[JobEntry, TrainingJobSpec, _JobMemo]] = []
+        candidates: list[tuple[JobEntry, TrainingJobSpec, _JobMemo, bool]] = []
         for key in sorted(cache.jobs):
             job = cache.jobs[key]
             if job.status.phase in FINISHED_PHASES:
@@ -436,7 +436,7 @@ class SnapshotBuilder:
             if stop and hold is None:
                 excluded[key] = Exclusion(SUSPENDED, SUSPENDED_MESSAGE)
                 continue
-            candidates.append((job, spec, memo))
+            candidates.append((job, spec, memo, bool(stop)))
             if hold is not None:
                 held[key] = hold
                 if stop and job.status.phase in PLACED_PHASES:
@@ -449,7 +449,7 @@ class SnapshotBuilder:
 
         jobs: list[Job] = []
         wake_jobs: list[float | None] = []
-        for job, spec, memo in candidates:
+        for job, spec, memo, stops in candidates:
             hold = memo.hold
             if hold is None and nodes:
                 too_big = _too_big(spec, total_gpus, largest)
@@ -467,7 +467,7 @@ class SnapshotBuilder:
             if memo.job is None or memo.job_args != args:
                 workers, cons, _ = self._derive(job, spec)
                 assert workers is not None and cons is not None  # _exclusion rejected bad templates
-                memo.job = _job(job, spec, workers, cons, hold, fallback, not_before, memo.evicting)
+                memo.job = _job(job, spec, workers, cons, hold, fallback, not_before, memo.evicting, stops)
                 memo.job_args = args
             jobs.append(memo.job)
         snapshot = Snapshot(
@@ -629,6 +629,7 @@ def _job(
     now: float,
     not_before: float,
     evicting: bool,
+    stop: bool = False,
 ) -> Job:
     st = job.status
     ckpt = newer(st.last_checkpoint, job.checkpoint)
@@ -653,6 +654,7 @@ def _job(
         recovering=st.phase == Phase.RECOVERING and hold is None,
         not_before=not_before,
         evicting=evicting and hold is not None,
+        stopping=stop and evicting and hold is not None,
         attained_gpu_seconds=st.attained_gpu_seconds,
         queued_since=queued_since(job),
     )

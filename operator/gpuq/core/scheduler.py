@@ -24,6 +24,7 @@ from gpuq.core.constraints import invalid_constraints
 from gpuq.core.decisions import (
     CAPACITY_CODES,
     NEVER_CODES,
+    Abandon,
     Admit,
     Decisions,
     Pending,
@@ -31,7 +32,7 @@ from gpuq.core.decisions import (
     Preempt,
     Restart,
 )
-from gpuq.core.failover import backoff_seconds, detect
+from gpuq.core.failover import backoff_seconds, detect, gang_fails
 from gpuq.core.fit import Demand, invalid_workers, slots_on
 from gpuq.core.index import ClusterIndex, OrderKey, SnapshotError, order_key
 from gpuq.core.model import Job, Queue, QueueingStrategy, Snapshot, TopologyMode
@@ -70,7 +71,7 @@ def schedule(
     cycle = _Cycle(ix, snapshot, now, config, explain)
     decisions = cycle.run()
     # A cycle that preempted nothing leaves a memo for the next one (see _Memo).
-    if explain or decisions.preempt or decisions.restart:
+    if explain or decisions.preempt or decisions.restart or decisions.abandon:
         ix.cycle_memo = None
     else:
         admitted = tuple(a.job for a in decisions.admit)
@@ -192,6 +193,11 @@ class _Cycle:
         self._admitted_keys: set[str] = set()
         self.searches = 0  # preemption searches run this cycle
         self.deferred: set[str] = set()  # jobs whose preemption search the budget deferred
+        # Gangs being evicted that a job waiting this cycle counts on, and whether every job that
+        # might was tried (no search skipped for the budget, no admission cap): _abandon_unneeded.
+        self.counted: set[str] = set()
+        self.complete = True
+        self.abandons: list[Abandon] = []
         self.dead: dict[tuple[str, int], _Dead] = {}  # (queue, pending class) -> failed this cycle
         self.stops: dict[str, tuple[OrderKey, str, str]] = {}  # queue -> (blocking head, reason, code)
         self.fail_reason: tuple[str, str] = ("", "")  # of the last _try that failed, for its class
@@ -231,6 +237,7 @@ class _Cycle:
         for r in recoveries:
             self._recover(r)
         self._queues()
+        self._abandon_unneeded()
         return self._decisions()
 
     def _indices(self, names: Iterable[str]) -> tuple[int, ...]:
@@ -406,6 +413,7 @@ class _Cycle:
             push(qn)
         while heap:
             if self.admitted >= self.cfg.max_admissions_per_cycle:
+                self.complete = False
                 break
             _, qn = heapq.heappop(heap)
             heads = lines[qn]
@@ -676,6 +684,7 @@ class _Cycle:
             return _Outcome.FAILED
         if self.searches >= self.cfg.max_preemption_searches_per_cycle:
             self.deferred.add(job.key)
+            self.complete = False
             return _Outcome.FAILED
         self.searches += 1
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
@@ -689,16 +698,25 @@ class _Cycle:
         if not self._spend_budgets(plan):
             return _Outcome.FAILED  # it would exceed a queue's preemptions per hour: wait instead
         models = self._models_of(plan.placement, d)
+        # Whether its queue's quota (not only free room) needed the victims: their reason says so.
+        quota = book.check(q, quota_gpus)
         preemption.commit(st, book, plan, d, q, quota_gpus, models)
         for v in plan.victims:
             if v.reclaim:
                 why = f"reclaimed by queue {q.name} for {job.key}: queue {v.queue} runs on borrowed quota"
             else:
-                why = f"preempted by {job.key} (priority {job.priority} > {v.priority}) in queue {q.name}"
+                rank = (
+                    f"priority {job.priority} > {v.priority}"
+                    if job.priority > v.priority
+                    else f"priority {v.priority}, more attained service"
+                )
+                need = f"to free quota: {quota.reason}" if not quota.ok else "to free room on its nodes"
+                why = f"preempted by {job.key} ({rank}) in queue {q.name} {need}"
             self.preempts.append(Preempt(v.key, job.key, why))
             self.unavailable.add(v.key)
         for v in plan.waiting:
             self.unavailable.add(v.key)
+            self.counted.add(v.key)
         n = len(plan.victims) + len(plan.waiting)
         nodes = self.ix.nodes
         self._pend(
@@ -724,6 +742,7 @@ class _Cycle:
             # lands on several nodes is spared only by smaller jobs, not by its equals).
             return _Outcome.FAILED
         if self.searches >= self.cfg.max_preemption_searches_per_cycle:
+            self.complete = False
             return _Outcome.FAILED
         self.searches += 1
         plan = consolidation.search(
@@ -759,6 +778,7 @@ class _Cycle:
             )
             self.preempts.append(Preempt(v.key, job.key, why, move=True))
         self.unavailable.update(v.key for v in victims)
+        self.counted.update(v.key for v in pplan.waiting)
         self._pend(
             job,
             f"waiting for {len(victims)} gang{'s' if len(victims) != 1 else ''} to move off "
@@ -767,6 +787,34 @@ class _Cycle:
             tuple(nodes[i].name for i in plan.placement.nodes),
         )
         return _Outcome.WAITING
+
+    def _abandon_unneeded(self) -> None:
+        """Preemptions that buy nothing (issue 33): a gang being evicted that no job waiting this
+        cycle counted on, and that its queue's quota (cohort rules and model quotas included, after
+        this cycle's admissions) admits where it runs, keeps running: its preemptor found room
+        elsewhere, went away, or no longer needs it. A preemption the quota forced is carried
+        through. Decided only after a complete cycle: a job whose search the budget or the
+        admission cap skipped might still count on it. Highest priority first."""
+        ix, book = self.ix, self.book
+        leaving = [k for k in ix.evicting if k not in self.counted and not ix.jobs[k].stopping]
+        if not self.complete or not leaving:
+            return
+        for key in sorted(leaving, key=lambda k: (-ix.jobs[k].priority, k)):
+            job = ix.jobs[key]
+            q = self.queues.get(job.queue)
+            if q is None or q.held:
+                continue  # nothing to admit it into: its eviction goes on
+            if gang_fails(ix, key, self.now, self.cfg.failover):
+                continue  # kept, it would be failed over at once
+            gpus = sum(k for _, k in ix.job_nodes[key]) * ix.demand[key].gpus
+            models = dict(ix.job_models[key])
+            headroom = book.model_headroom(q)
+            if not book.check(q, gpus).ok or any(g > headroom.get(m, g) for m, g in models.items()):
+                continue
+            book.add(q.name, gpus, models)
+            self.abandons.append(
+                Abandon(key, f"no job waits for its GPUs any more and queue {q.name}'s quota still admits it")
+            )
 
     def _spend_budgets(self, plan: preemption.Plan) -> bool:
         """Count the plan's new victims against their queues' preemptions per hour; False (nothing
@@ -1029,6 +1077,7 @@ class _Cycle:
             preempt=tuple(self.preempts),
             restart=tuple(self.restarts),
             pending=tuple(pending),
+            abandon=tuple(self.abandons),
             queue_usage=usage,
             queue_borrowed=borrowed,
             wake_at=wake if wake != float("inf") else None,
