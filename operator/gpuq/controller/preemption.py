@@ -45,7 +45,10 @@ class Eviction:
         return self.for_job in STOPS
 
     def describe(self) -> str:
-        return self.reason if self.is_stop else f"preempted by {self.for_job} ({self.reason})"
+        # The core's reasons name the preemptor already ("preempted by X (priority ...)").
+        if self.is_stop or self.for_job in self.reason:
+            return self.reason
+        return f"preempted by {self.for_job} ({self.reason})"
 
     def to_status(self) -> PreemptionStatus:
         return PreemptionStatus(

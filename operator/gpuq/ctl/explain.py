@@ -5,6 +5,7 @@ snapshot and the core's decisions), and the what-ifs re-run the same core on edi
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ from gpuq.controller.snapshot import SUSPENDED
 from gpuq.core import preemption
 from gpuq.core.decisions import CAPACITY_CODES, NEVER_CODES, Decisions, PendingCode
 from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
-from gpuq.core.quota import QuotaBook, lendable
+from gpuq.core.quota import QuotaBook, lendable, lent_out
 from gpuq.core.scheduler import schedule
 from gpuq.core.state import CycleState
 from gpuq.ctl.state import State
@@ -145,7 +146,8 @@ def _quota_lines(state: State, book: QuotaBook, q: Queue, gpus: int) -> list[str
         )
         out.append(
             f"cohort {q.cohort}: the other queues lend {lent} unused GPUs and borrow {peers}; {limit}; "
-            f"{q.name} lends {lendable(q, used)} now"
+            f"{q.name} lends {lent_out(book.queues.values(), book.usage).get(q.name, 0)} of the "
+            f"{lendable(q, used)} it could lend now"
         )
     check = book.check(q, gpus)
     out.append("quota allows it" if check.ok else f"quota refuses it: {check.reason} ({check.code})")
@@ -194,9 +196,10 @@ def _topology_lines(state: State, job: Job) -> list[str]:
         mark = (
             " (its required level)" if d["level"] == level and job.topology.mode.value == "Required" else ""
         )
+        slots = d["workerSlots"]
+        room = f"all {w.replicas}" if slots >= w.replicas else f"{slots} of its {w.replicas}"
         out.append(
-            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, room for "
-            f"{d['workerSlots']} of its {w.replicas} workers{mark}"
+            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, room for {room} workers{mark}"
         )
     return out
 
@@ -447,22 +450,24 @@ def _why_no_reclaim(state: State, book: QuotaBook, job: Job, q: Queue) -> str:
 def _running(state: State, entry: JobEntry) -> Explanation:
     s = entry.status
     key = entry.key
-    nodes = [p.node for p in s.placement]
+    workers = Counter(p.node for p in sorted(s.placement, key=lambda p: p.rank))  # node -> its ranks
+    nodes = list(workers)
     ex = Explanation(key, str(s.phase), None, s.message or str(s.phase))
     by_domain: dict[str, list[str]] = {}
     job = state.core_job(key)
     ix = state.ix
-    for n in nodes:
+    for n, k in workers.items():
         i = ix.node_idx.get(n)
         dom = ix.tree.names[ix.tree.ancestors[i][-1]] if i is not None else "?"
-        by_domain.setdefault(dom, []).append(n)
+        by_domain.setdefault(dom, []).append(n if k == 1 else f"{n} ({k} workers)")
     placement = [f"{dom}: {', '.join(ns)}" for dom, ns in sorted(by_domain.items())]
     when = []
     if s.admitted_at:
         when.append(f"admitted {s.admitted_at.isoformat()}")
     if s.started_at:
         when.append(f"running since {s.started_at.isoformat()}")
-    ex.add("Placement", [f"attempt {s.attempt} on {len(nodes)} node(s)", *placement, *when], nodes=nodes)
+    head = f"attempt {s.attempt}: {len(s.placement)} worker(s) on {len(nodes)} node(s)"
+    ex.add("Placement", [head, *placement, *when], nodes=nodes)
     if job is not None:
         ex.add("Preemption exposure", _exposure(state, job))
     ck = s.last_checkpoint or entry.checkpoint
