@@ -403,7 +403,7 @@ class ClusterIndex:
         if left:
             self.evicting_usage[queue] = left
         else:
-            del self.evicting_usage[queue]
+            self.evicting_usage.pop(queue, None)  # a gang of no GPUs never entered it
 
     def _use(self, i: int, d: Demand, k: int) -> None:
         """Account k workers of d on node i (negative k releases), keeping free arrays and pools current
