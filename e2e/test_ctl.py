@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import yaml
 import test_operator as shared
 from gpuq.controller.testing import GpuqClient, OperatorProcess
 from gpuq.devcluster.testing import E2ECluster, wait_for
+from test_failover import pinned_job
 from test_operator_install import kubectl
 
 pytestmark = pytest.mark.e2e
@@ -143,6 +145,32 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
     held_json = explain(cluster, ns, "held")
     assert held_yaml["reason"] == "Held" and held_yaml["summary"] == held_json["summary"]
     assert held_yaml["sections"]["What would unblock it"] == held_json["sections"]["What would unblock it"]
+
+
+def test_a_lender_reclaiming_its_quota_waits_for_preemption_and_explain_agrees(
+    cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Any
+) -> None:
+    """Issue 33: while the borrower's gang checkpointed for it, the lender's job said
+    InsufficientCapacity (explain: "no peer in cohort ... runs on borrowed quota")."""
+    g = cluster.gpus_per_node
+    nodes = cluster.node_names[-4:]
+    cohort = f"c-{uuid.uuid4().hex[:5]}"
+    lender, borrower = queue(2 * g, cohort=cohort), queue(2 * g, cohort=cohort)
+    slow = {"requestOnPreemption": True, "gracePeriodSeconds": 900}
+    gpuq.create_job(ns, pinned_job(gpuq, "borrowed", borrower, 4, nodes, checkpoint=slow))
+    gpuq.wait_phase(ns, "borrowed", "Running", timeout=60)
+    gpuq.create_job(ns, pinned_job(gpuq, "owner", lender, 2, nodes))
+    wait_for(lambda: gpuq.condition(ns, "borrowed", "PreemptionRequested"), 30, "borrower asked to save")
+    wait_for(lambda: reason_is(gpuq, ns, "owner", "WaitingForPreemption"), 30, "owner waits for its victim")
+    # The cycles after the victim's status recorded the preemption (it is evicting now) agree.
+    for _ in range(10):
+        time.sleep(0.3)
+        assert reason_is(gpuq, ns, "owner", "WaitingForPreemption"), gpuq.status(ns, "owner")
+    ex = explain(cluster, ns, "owner")
+    assert ex["reason"] == "WaitingForPreemption", ex
+    assert ex["sections"]["What would unblock it"] == [f"its victims releasing their GPUs: {ns}/borrowed"]
+    victim = gpuq.status(ns, "borrowed")["message"]
+    assert victim.startswith(f"reclaimed by queue {lender} for {ns}/owner") and "preempted by" not in victim
 
 
 def test_stop_resume_hold_drain_release(

@@ -73,6 +73,21 @@ def not_ready_at(cluster: E2ECluster, node: str) -> float:
     return float(cond.last_transition_time.timestamp())
 
 
+def steady_nodes(cluster: E2ECluster) -> list[str]:
+    """Nodes that never turned NotReady since they joined (other tests fail nodes, and a node the
+    operator saw flap takes no new work for a while)."""
+    out = []
+    for nd in cluster.core.list_node().items:
+        ready = next(c for c in nd.status.conditions if c.type == "Ready")
+        if (
+            ready.status == "True"
+            and (ready.last_transition_time - nd.metadata.creation_timestamp).total_seconds() < 60
+        ):
+            out.append(nd.metadata.name)
+    assert len(out) >= 2, "no two nodes that never failed"
+    return sorted(out)
+
+
 def condition_time(gpuq: GpuqClient, ns: str, job: str, type_: str) -> float:
     cond = gpuq.condition(ns, job, type_)
     assert cond is not None, f"{job} has no {type_} condition"
@@ -257,3 +272,69 @@ def test_preemption_gives_up_waiting_for_a_checkpoint_after_the_grace_period(
     assert evicted - asked >= 6 - 1  # ...for the whole grace period, then gives up
     assert st["preemptions"] == 1 and st.get("restarts", 0) == 0 and "lastCheckpoint" not in st
     phase(gpuq, operator, ns, "urgent", "Running")
+
+
+def test_a_running_job_whose_queue_was_deleted_is_still_failed_over(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    failed: list[str],
+) -> None:
+    """Issue 33: it stayed Running on a dead node until its queue came back. A dead node is handled
+    whatever happened to the queue: the gang is stopped, and waits Recovering with QueueNotFound."""
+    nodes = cluster.node_names[-3:]
+    q = queue(64)
+    gpuq.create_job(ns, pinned_job(gpuq, "orphan", q, 2, nodes))
+    first = phase(gpuq, operator, ns, "orphan", "Running")
+    gpuq.delete_queue(q)
+    victim = first["placement"][0]["node"]
+    failed.append(victim)
+    cluster.fail_node(victim)
+    st = gpuq.wait_status(
+        ns,
+        "orphan",
+        lambda s: s.get("phase") == "Recovering" and s.get("reason") == "QueueNotFound",
+        60,
+        "orphan stopped and blocked",
+    )
+    assert st["restarts"] == 1 and victim in st["failedNodes"] and st["placement"] == []
+    blocked = gpuq.condition(ns, "orphan", "Blocked")
+    assert blocked is not None and blocked["reason"] == "QueueNotFound"
+    wait_for(lambda: not gpuq.pods(ns, "orphan"), 60, "the stopped gang's pods gone")
+    gpuq.create_queue(q, 64)
+    st = phase(gpuq, operator, ns, "orphan", "Running")
+    assert st["attempt"] == 2 and victim not in {p["node"] for p in st["placement"]}
+
+
+def test_a_preemption_that_buys_nothing_is_called_off(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+) -> None:
+    """Issue 33: the preemptor was placed on a node that had just recovered, yet its victim was
+    still evicted 60 s later and re-admitted on the same nodes. Here the room comes free by a job
+    ending rather than a node recovering (the rule is the same): the preemption is called off,
+    the request annotation goes, the victim runs on in its first attempt."""
+    spare, home = steady_nodes(cluster)[-2:]
+    q = queue(64)
+    gpuq.create_job(ns, pinned_job(gpuq, "busy", q, 1, [spare], priority=20))
+    phase(gpuq, operator, ns, "busy", "Running")
+    slow = {"requestOnPreemption": True, "gracePeriodSeconds": 600}
+    gpuq.create_job(ns, pinned_job(gpuq, "low", q, 1, [home, spare], checkpoint=slow))
+    assert phase(gpuq, operator, ns, "low", "Running")["placement"][0]["node"] == home
+    gpuq.create_job(ns, pinned_job(gpuq, "high", q, 1, [home, spare], priority=10))
+    wait_for(lambda: all(shared.checkpoint_asked(gpuq, ns, "low")), 30, "checkpoint requested on low's pods")
+    gpuq.delete_job(ns, "busy")
+    high = phase(gpuq, operator, ns, "high", "Running")
+    assert high["placement"][0]["node"] == spare
+    low = gpuq.wait_status(ns, "low", lambda s: "preemption" not in s, 30, "the preemption called off")
+    assert low["phase"] == "Running" and low["attempt"] == 1 and low.get("preemptions", 0) == 0
+    assert gpuq.condition(ns, "low", "PreemptionRequested") is None
+    assert "called off" in low["message"]
+    wait_for(lambda: not any(shared.checkpoint_asked(gpuq, ns, "low")), 30, "the request annotation removed")
+    shared.wait_events(gpuq, ns, "low", {"PreemptionCalledOff"})
+    assert "Preempted" not in {e.reason for e in gpuq.events(ns, "low")}

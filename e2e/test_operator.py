@@ -87,6 +87,13 @@ def wait_events(gpuq: GpuqClient, ns: str, job: str, reasons: set[str], timeout:
     )
 
 
+def checkpoint_asked(gpuq: GpuqClient, ns: str, job: str) -> list[bool]:
+    """Whether each pod of the job carries the checkpoint-requested annotation."""
+    return [
+        meta.ANNOTATION_CHECKPOINT_REQUESTED in (p.metadata.annotations or {}) for p in gpuq.pods(ns, job)
+    ]
+
+
 def phase(
     gpuq: GpuqClient,
     op: OperatorProcess,
@@ -246,14 +253,7 @@ def test_priority_preemption_with_checkpoint_request(
     )
     phase(gpuq, operator, ns, "low", "Running")
     gpuq.submit(ns, "high", q, 2, 8, priority=100)
-    wait_for(
-        lambda: all(
-            meta.ANNOTATION_CHECKPOINT_REQUESTED in (p.metadata.annotations or {})
-            for p in gpuq.pods(ns, "low")
-        ),
-        30,
-        "checkpoint requested on the victim's pods",
-    )
+    wait_for(lambda: all(checkpoint_asked(gpuq, ns, "low")), 30, "checkpoint requested on the victim's pods")
     requested = gpuq.condition(ns, "low", "PreemptionRequested")
     assert requested is not None and requested["status"] == "True" and "high" in requested["message"]
     report = {"step": 42, "path": "s3://ckpt/low/42", "time": time.time()}

@@ -8,7 +8,9 @@ from builders import T0, gang_pods, iso, job, namespace, node, placed_status, po
 
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.snapshot import SnapshotBuilder, View
+from gpuq.core import schedule
 from gpuq.core.config import SchedulerConfig
+from gpuq.core.decisions import PendingCode
 from gpuq.core.model import GPU, Health, Topology, TopologyMode
 
 CFG = SchedulerConfig()
@@ -191,15 +193,44 @@ def test_finished_jobs_are_not_scheduled() -> None:
     assert v.snapshot.jobs == ()
 
 
-def test_running_job_of_a_deleted_queue_keeps_counting_as_usage() -> None:
-    v = build(
+def test_running_job_of_a_deleted_queue_stays_running_in_the_snapshot_and_fails_over() -> None:
+    """Its GPUs count through its placement, as before its queue went; and since the core sees it,
+    a node dying under it fails it over (issue 33: it used to stay Running on a dead node)."""
+    bodies = (
         node("n1"),
         node("n2"),
+        node("n3"),
+        node("n4"),
         job("a", queue_name="gone", status=placed_status(["n1", "n2"])),
         *gang_pods("a", ["n1", "n2"]),
     )
-    assert v.snapshot.jobs == () and "team-a/a" not in v.excluded
-    assert nodes_of(v)["n1"].used_by_others.gpus == 8
+    v = build(*bodies)
+    a = jobs_of(v)["team-a/a"]
+    assert a.running is not None and a.running.placement == ("n1", "n2")
+    assert "team-a/a" not in v.excluded and v.blocked["team-a/a"].reason == "QueueNotFound"
+    assert nodes_of(v)["n1"].used_by_others.gpus == 0  # counted through its placement
+    dead = build(node("n1", ready=False, since=T0), *bodies[1:], now=T0 + 100)
+    d = schedule(dead.snapshot, T0 + 100, CFG)
+    assert [(r.job, r.failed_nodes) for r in d.restart] == [("team-a/a", ("n1",))]
+    assert d.admit == ()  # no queue to charge it to: it waits
+    assert {p.job: p.code for p in d.pending} == {"team-a/a": PendingCode.QUEUE_NOT_FOUND}
+
+
+def test_running_job_its_queue_no_longer_admits_is_failed_over_too() -> None:
+    locked = queue("q", namespaceSelector={"matchLabels": {"team": "b"}})
+    v = build(
+        node("n1", ready=False, since=T0),
+        node("n2"),
+        node("n3"),
+        locked,
+        namespace("team-a", team="a"),
+        job("a", replicas=1, status=placed_status(["n1"])),
+        *gang_pods("a", ["n1"]),
+        now=T0 + 100,
+    )
+    assert v.blocked["team-a/a"].reason == "NamespaceNotAllowed"
+    d = schedule(v.snapshot, T0 + 100, CFG)
+    assert [r.job for r in d.restart] == ["team-a/a"]
 
 
 def test_node_deleted_under_a_running_job_is_a_failed_node() -> None:

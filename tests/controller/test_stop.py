@@ -60,6 +60,10 @@ def test_suspended_status_and_resume() -> None:
     patch, events = blocked_status(entry, v_excl, T0)
     assert patch["phase"] == "Suspended" and patch["reason"] == "Suspended"
     assert [(e.type, e.reason) for e in events] == [("Normal", "Suspended")]
+    # A running gang stopped by its eviction (phase Suspended, its own Event): no second Event.
+    stopped = parse_job(job("a", suspend=True, status={"phase": "Suspended", "reason": "Suspended"}))
+    patch, events = blocked_status(stopped, v_excl, T0)
+    assert events == ()
     # Resumed: back to the queue, with the core's reason.
     resumed = parse_job(job("a", status={"phase": "Suspended", "reason": "Suspended"}))
     again = pending_status(resumed, Pending("team-a/a", "needs 16 GPUs", 1, code="InsufficientCapacity"), T0)
@@ -71,3 +75,6 @@ def test_stops_describe_themselves_and_are_not_preemptions() -> None:
     pre = Eviction("team-a/a", "team-a/b", "priority 5 > 0", T0, T0 + 60, None)
     assert stop.is_stop and stop.describe() == "suspended (spec.suspend)"
     assert not pre.is_stop and pre.describe() == "preempted by team-a/b (priority 5 > 0)"
+    # The core's reasons name the preemptor themselves: not "preempted by X (preempted by X (...))".
+    why = "preempted by team-a/b (priority 5 > 0) in queue q to free room on its nodes"
+    assert Eviction("team-a/a", "team-a/b", why, T0, T0 + 60, None).describe() == why

@@ -86,6 +86,14 @@ def test_protected_gangs_stay() -> None:
         assert run(s).preempt == ()
 
 
+def test_gangs_that_could_not_come_back_stay() -> None:
+    """A moved gang rejoins its queue: nothing moves a gang whose queue is gone or held (Hold keeps
+    running jobs running; they would wait Held, or blocked, once moved)."""
+    for queues in ([queue("q")], [queue("q"), queue("other", held=True)]):
+        s = snap(TWO, queues, [*halves(), whole()])
+        assert run(s).preempt == ()
+
+
 def test_consolidation_can_be_turned_off_and_bounded() -> None:
     off = SchedulerConfig(consolidation=Consolidation(enabled=False))
     assert decide([*halves(), whole()], off).preempt == ()

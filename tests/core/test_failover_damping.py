@@ -106,3 +106,25 @@ def test_recovering_job_still_prefers_nodes_it_did_not_fail_on() -> None:
     )
     d = run(snap(NODES, [queue()], [recovering]))
     assert admitted(d)["ns/r"] != ("n0000",)
+
+
+def test_failed_nodes_stay_avoided_after_the_recovery() -> None:
+    """Issue 33: a job back in its queue (drained, preempted, refused by a kubelet) after a failover
+    was placed on a node of its failedNodes while equal nodes were free. The rule is the recovery's:
+    avoided while anything else fits, a recovered one taken rather than waiting."""
+    queued = job("ns/q", gpus=8, avoid_nodes=frozenset({"n0000"}), restart_count=1)
+    d = run(snap(NODES, [queue()], [queued]))
+    assert admitted(d)["ns/q"] != ("n0000",)  # best fit would take n0000, the first empty node
+    alone = [n for n in NODES if n.name in ("n0000", "n0001")]
+    busy = job("ns/busy", gpus=8, on=["n0001"])
+    assert admitted(run(snap(alone, [queue()], [busy, queued])))["ns/q"] == ("n0000",)
+
+
+def test_a_job_preempts_rather_than_return_to_a_failed_node() -> None:
+    """Preemption searches avoid them too, as the recovery's do: a victim elsewhere, not the node."""
+    alone = [n for n in NODES if n.name in ("n0000", "n0001")]
+    low = job("ns/low", gpus=8, on=["n0001"], priority=0)
+    high = job("ns/high", gpus=8, priority=5, avoid_nodes=frozenset({"n0000"}), restart_count=1)
+    other = job("ns/other", gpus=8, on=["n0000"], priority=0)
+    d = run(snap(alone, [queue()], [low, other, high]))
+    assert [p.victim for p in d.preempt] == ["ns/low"]

@@ -88,6 +88,29 @@ def test_borrowed_gang_reclaimed_by_lender() -> None:
     assert "runs on borrowed quota" in d.preempt[0].reason
 
 
+def test_a_reclaimer_waits_for_the_borrowers_it_preempted() -> None:
+    """Issue 33: once the borrower's gang was being evicted its queue no longer counted as
+    borrowing, so the lender's job lost sight of it and said InsufficientCapacity (and the metric
+    and explain agreed) while it waited for that very gang, as a within-queue preemptor does not."""
+    a = queue("a", nominal=8, cohort="c")
+    b = queue("b", nominal=8, cohort="c")
+    borrowed = job("ns/borrowed", queue="b", replicas=2, gpus=8, on=["n0000", "n0001"])
+    own = job("ns/own", queue="a", gpus=8)
+    first = run(snap(TWO_NODES, [a, b], [borrowed, own]))
+    assert victims(first) == {"ns/borrowed"}
+    leaving = job("ns/borrowed", queue="b", replicas=2, gpus=8, on=["n0000", "n0001"], evicting=True)
+    d = run(snap(TWO_NODES, [a, b], [leaving, own]))
+    assert d.preempt == () and d.admit == ()
+    assert codes(d)["ns/own"] == PendingCode.WAITING_FOR_PREEMPTION
+    assert pending(d)["ns/own"] == "waiting for 1 preempted gang to release GPUs"
+    assert d.pending[0].nominated == first.pending[0].nominated
+    # Reclaim LowerPriority: a leaving gang of its priority or above is no victim it may wait for.
+    policy = PreemptionPolicy(WithinQueuePreemption.LOWER_PRIORITY, ReclaimPreemption.LOWER_PRIORITY)
+    strict = queue("a", nominal=8, cohort="c", preemption=policy)
+    d = run(snap(TWO_NODES, [strict, b], [leaving, own]))
+    assert codes(d)["ns/own"] == PendingCode.INSUFFICIENT_CAPACITY
+
+
 def test_reclaim_lower_priority_policy_spares_higher_priority_borrowers() -> None:
     policy = PreemptionPolicy(WithinQueuePreemption.LOWER_PRIORITY, ReclaimPreemption.LOWER_PRIORITY)
     lender = queue("lender", nominal=8, cohort="c", preemption=policy)
@@ -171,3 +194,77 @@ def test_only_the_queue_head_preempts_in_a_cycle() -> None:
     assert [p.for_job for p in d.preempt] == ["ns/high0"]
     assert codes(d)["ns/high0"] == PendingCode.WAITING_FOR_PREEMPTION
     assert codes(d)["ns/high1"] == PendingCode.INSUFFICIENT_CAPACITY
+
+
+# ---- preemptions that buy nothing (issue 33) ------------------------------------------------------
+
+
+def test_a_preemption_is_called_off_when_its_preemptor_fits_elsewhere() -> None:
+    """The preemptor found room on a node that came back while its victim checkpointed: evicting the
+    victim now would cost it a restart and buy nothing."""
+    low = job("ns/low", gpus=8, on=["n0000"])
+    high = job("ns/high", gpus=8, priority=5)
+    busy = job("ns/busy", gpus=8, priority=9, on=["n0001"])
+    first = run(snap(TWO_NODES, [queue()], [low, busy, high]))
+    assert victims(first) == {"ns/low"} and first.abandon == ()
+    leaving = job("ns/low", gpus=8, on=["n0000"], evicting=True)
+    still = run(snap(TWO_NODES, [queue()], [leaving, busy, high]))
+    assert still.abandon == () and codes(still)["ns/high"] == PendingCode.WAITING_FOR_PREEMPTION
+    freed = run(snap(TWO_NODES, [queue()], [leaving, high]))  # busy ended: room on n0001
+    assert admitted(freed) == {"ns/high": ("n0001",)}
+    assert [a.victim for a in freed.abandon] == ["ns/low"]
+    assert "no job waits for its GPUs any more" in freed.abandon[0].reason
+    gone = run(snap(TWO_NODES, [queue()], [leaving, busy]))  # the preemptor was deleted
+    assert [a.victim for a in gone.abandon] == ["ns/low"]
+
+
+def test_a_preemption_the_quota_forced_is_carried_through_and_says_so() -> None:
+    """`gpuq resume` of an 8-GPU priority-10 job preempted a 48-GPU one while GPUs were free: its
+    queue's quota (48) had no room for both. The victim's reason says so; the preemptor is then
+    admitted on the free GPUs, and the victim still goes: keeping it would overrun the quota."""
+    nodes = cluster(racks=1, nodes_per_rack=8)
+    big = job("ns/big", replicas=6, gpus=8, on=[f"n000{i}" for i in range(6)])
+    small = job("ns/small", gpus=8, priority=10)
+    first = run(snap(nodes, [queue(nominal=48)], [big, small]))
+    assert victims(first) == {"ns/big"}
+    assert first.preempt[0].reason == (
+        "preempted by ns/small (priority 10 > 0) in queue q to free quota: "
+        + run(snap(nodes, [queue(nominal=48, preemption=never_preempt())], [big, small])).pending[0].reason
+    )
+    leaving = job("ns/big", replicas=6, gpus=8, on=[f"n000{i}" for i in range(6)], evicting=True)
+    then = run(snap(nodes, [queue(nominal=48)], [leaving, small]))
+    assert set(admitted(then)) == {"ns/small"} and then.abandon == ()
+
+
+def test_a_capacity_preemption_says_it_frees_room() -> None:
+    d = run(
+        snap(ONE_NODE, [queue()], [job("ns/low", gpus=8, on=["n0000"]), job("ns/high", gpus=8, priority=5)])
+    )
+    assert d.preempt[0].reason == "preempted by ns/high (priority 5 > 0) in queue q to free room on its nodes"
+
+
+def test_a_reclaim_is_called_off_only_if_the_cohort_can_lend_again() -> None:
+    a = queue("a", nominal=8, cohort="c")
+    b = queue("b", nominal=8, cohort="c")
+    leaving = job("ns/borrowed", queue="b", replicas=2, gpus=8, on=["n0000", "n0001"], evicting=True)
+    three = cluster(racks=1, nodes_per_rack=3)
+    # The lender's job got in on a third node: the borrower running again would borrow what a lends.
+    own = job("ns/own", queue="a", gpus=8)
+    d = run(snap(three, [a, b], [leaving, own]))
+    assert admitted(d) == {"ns/own": ("n0002",)} and d.abandon == ()
+    # The lender's job went away instead: nothing needs the borrowed GPUs back.
+    assert [x.victim for x in run(snap(three, [a, b], [leaving])).abandon] == ["ns/borrowed"]
+
+
+def test_stops_and_incomplete_cycles_call_nothing_off() -> None:
+    from gpuq.core import SchedulerConfig
+
+    stopping = job("ns/low", gpus=8, on=["n0000"], evicting=True, stopping=True)
+    assert run(snap(TWO_NODES, [queue()], [stopping])).abandon == ()
+    # A preemptor whose search the per-cycle budget deferred may still count on it.
+    leaving = job("ns/low", gpus=8, on=["n0000"], evicting=True)
+    busy = job("ns/busy", gpus=8, priority=9, on=["n0001"])
+    high = job("ns/high", gpus=8, priority=5)
+    capped = SchedulerConfig(max_preemption_searches_per_cycle=0)
+    d = run(snap(TWO_NODES, [queue()], [leaving, busy, high]), config=capped)
+    assert d.abandon == () and "deferred" in pending(d)["ns/high"]

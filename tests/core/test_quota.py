@@ -19,7 +19,7 @@ def test_queue_without_cohort_stops_at_nominal() -> None:
     jobs = [job("ns/a", queue="team-a", gpus=8, on=["n0000"]), job("ns/b", queue="team-a", gpus=8)]
     d = run(snap(NODES, [queue("team-a", nominal=8)], jobs))
     assert d.admit == ()
-    assert d.pending[0].reason == "queue team-a at quota 8/8"
+    assert d.pending[0].reason == "queue team-a uses 8/8 GPUs; this job needs 8 (16 > 8)"
     assert d.pending[0].code == PendingCode.QUOTA_EXCEEDED
 
 
@@ -36,7 +36,10 @@ def test_cannot_borrow_more_than_the_cohort_lends() -> None:
     running = job("ns/b1", queue="b", gpus=8, on=["n0000"])
     d = run(snap(NODES, qs, [running, job("ns/big", queue="a", replicas=3, gpus=8)]))
     assert d.admit == ()
-    assert d.pending[0].reason == "queue a at quota 0/8 and cohort c lends 8 (needs 16)"
+    # Issue 33: "at quota 0/8" read as a full queue; it is the job that is bigger than the quota.
+    assert d.pending[0].reason == (
+        "queue a uses 0/8 GPUs; this job needs 24, 16 above its nominal, and cohort c lends 8"
+    )
     assert d.pending[0].code == PendingCode.COHORT_EXHAUSTED
 
 
@@ -150,3 +153,21 @@ def test_cohort_totals_stay_exact_under_any_usage_changes() -> None:
             peers = [p for p in qs.values() if p.cohort == q.cohort and p.name != q.name]
             expected = (sum(book.lent(p) for p in peers), sum(book.borrowed(p) for p in peers))
             assert book.cohort_lends(q) == (expected if q.cohort else (0, 0))
+
+
+def test_lent_is_what_peers_borrow_split_among_the_lenders() -> None:
+    """`gpuq queues` LENT: GPUs of a queue's quota its peers use now, not what it could lend."""
+    from gpuq.core.quota import lent_out
+
+    qs = [
+        queue("a", nominal=8, cohort="c"),
+        queue("b", nominal=16, cohort="c"),
+        queue("l1", nominal=10, cohort="c"),
+        queue("l2", nominal=20, cohort="c", lending_limit_gpus=5),
+        queue("solo", nominal=8),
+    ]
+    # a borrows 8, b 2: 10 in all, from l1 (lends 10) and l2 (lends 5): 2:1, exactly.
+    lent = lent_out(qs, {"a": 16, "b": 18, "solo": 8})
+    assert lent == {"a": 0, "b": 0, "l1": 7, "l2": 3}  # 6.67 + 3.33: the larger remainder gets the odd one
+    assert sum(lent.values()) == 10
+    assert lent_out(qs, {"l1": 4})["l1"] == 0  # nothing borrowed: nothing lent, whatever is lendable

@@ -121,3 +121,14 @@ def test_a_server_that_hangs_up_is_tried_once(tmp_path: Path, hangs_up: tuple[st
     assert out.returncode == 2, out.stderr
     assert out.stderr.startswith(f"gpuq queues: cannot reach the API server at {server}: ")
     assert out.stderr.count("\n") == 1 and len(accepted) == 1, (out.stderr, len(accepted))
+
+
+def test_an_unknown_status_lists_the_valid_ones_and_exits_2(tmp_path: Path) -> None:
+    """Issue 33: `gpuq jobs --status bogus` printed nothing and exited 0. Refused before any API call
+    (the kubeconfig points nowhere)."""
+    out = gpuq(kubeconfig(tmp_path, f"http://127.0.0.1:{closed_port()}"), "jobs", "--status", "bogus")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (
+        "gpuq jobs: --status 'bogus' is not one of: pending, queued, admitted, running, recovering, "
+        "preempted, suspended, succeeded, failed\n"
+    )

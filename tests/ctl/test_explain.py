@@ -33,7 +33,10 @@ def section(ex: Any, title: str) -> list[str]:
 def test_quota_exceeded_names_the_nominal_change_and_the_jobs_whose_end_would_do() -> None:
     s = state(queue("q", nominal=16), *running("big", ["n0", "n1"]), job("wait", replicas=1))
     ex = explain(s, "team-a/wait")
-    assert ex.code == PendingCode.QUOTA_EXCEEDED and ex.summary == "queue q at quota 16/16"
+    assert (
+        ex.code == PendingCode.QUOTA_EXCEEDED
+        and ex.summary == "queue q uses 16/16 GPUs; this job needs 8 (24 > 16)"
+    )
     unblock = section(ex, "What would unblock it")
     assert unblock[0] == "nominalGPUs of q raised to 24 (now 16)"
     assert unblock[1] == "or jobs of q finishing: team-a/big (16 GPUs)"
@@ -105,7 +108,10 @@ def test_a_higher_priority_job_preempts_and_the_victim_sees_its_exposure() -> No
     assert exposure == [
         "2 waiting job(s) of q with higher priority may preempt it: team-a/urgent"
     ] or exposure[0].startswith("1 waiting job(s) of q with higher priority may preempt it: team-a/urgent")
-    assert section(victim, "Placement")[:2] == ["attempt 1 on 1 node(s)", "zone-0/block-0/r0: n0"]
+    assert section(victim, "Placement")[:2] == [
+        "attempt 1: 1 worker(s) on 1 node(s)",
+        "zone-0/block-0/r0: n0",
+    ]
 
 
 def test_cohort_borrowing_limit_and_exhaustion() -> None:
@@ -126,7 +132,13 @@ def test_queue_table_shows_the_cohort_tree_and_quota_figures() -> None:
     s = state(*qs, *running("x", ["n0", "n1"], queue_name="a"), job("w", queue_name="b", replicas=4))
     rows = {r["name"]: r for r in queue_rows(s)}
     assert (rows["a"]["used"], rows["a"]["borrowed"], rows["a"]["lent"]) == (16, 8, 0)
-    assert (rows["b"]["used"], rows["b"]["lent"], rows["b"]["pending"]) == (0, 16, 1)
+    # LENT is what peers use of its quota now (issue 33: it showed what it could lend, 16).
+    assert (rows["b"]["used"], rows["b"]["lent"], rows["b"]["lendable"], rows["b"]["pending"]) == (
+        0,
+        8,
+        16,
+        1,
+    )
     assert rows["a"]["fairShare"] == 8.0 and rows["a"]["admitted"] == 1
     assert [r["tree"] for r in queue_rows(s)] == ["c ├─ a", "  └─ b", "solo"]
 
@@ -212,3 +224,59 @@ def test_cycle_limit_is_explained_and_lifting_it_admits_the_job() -> None:
         "nothing: it is tried again next cycle (maxAdmissionsPerCycle 1 was reached)"
     ]
     assert State.of([*NODES, *bodies], SchedulerConfig(), NOW).admitted_next("team-a/two")
+
+
+def preempting(name: str, nodes: list[str], preemptor: str, queue_name: str = "q") -> list[dict[str, Any]]:
+    """A running gang whose status records a preemption in progress (asked to checkpoint)."""
+    body, *pods = running(name, nodes, queue_name=queue_name)
+    body["status"]["preemption"] = {
+        "preemptor": preemptor,
+        "reason": "test",
+        "requestedAt": "2023-11-14T22:13:50Z",
+        "deadline": "2023-11-14T22:14:50Z",
+    }
+    return [body, *pods]
+
+
+def test_a_reclaimer_waiting_for_the_borrower_it_preempted_says_so() -> None:
+    """Issue 33: it said InsufficientCapacity, "no peer in cohort c runs on borrowed quota" and
+    "jobs ahead of it would take the room" while the borrower's gang was checkpointing for it."""
+    qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=16, cohort="c")]
+    borrower = preempting("big", ["n0", "n1", "n2", "n3"], "team-a/own", queue_name="b")
+    s = state(*qs, *borrower, job("own", queue_name="a", replicas=2))
+    ex = explain(s, "team-a/own")
+    assert ex.code == PendingCode.WAITING_FOR_PREEMPTION
+    assert ex.summary == "waiting for 1 preempted gang to release GPUs"
+    assert section(ex, "What would unblock it") == ["its victims releasing their GPUs: team-a/big"]
+
+
+def test_a_job_alone_in_its_queue_is_not_told_of_jobs_ahead_of_it() -> None:
+    """The room it needs is held by a gang being stopped (spec.suspend): nothing is ahead of it."""
+    stopping = preempting("off", ["n0", "n1", "n2", "n3"], "suspend")
+    stopping[0]["spec"]["suspend"] = True
+    s = state(queue("q", nominal=64), queue("solo", nominal=64), *stopping, job("w", queue_name="solo"))
+    ex = explain(s, "team-a/w")
+    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
+    assert section(ex, "What would unblock it") == [
+        "no set of running jobs finishing lets it in on its own: gangs being evicted still hold its room "
+        "(team-a/off); it fits once they are gone"
+    ]
+    assert section(ex, "Queue") == ["position 1 of 1 waiting in queue solo (priority 0)"]
+
+
+def test_texts_count_what_they_say() -> None:
+    """Issue 33: "attempt 1 on 2 node(s)" then the one node twice; "room for 7 of its 6 workers"."""
+    packed = running("packed", ["n0", "n0"])
+    packed[0]["spec"]["workers"]["gpusPerWorker"] = 4
+    s = state(
+        queue("q", nominal=64), queue("tight", nominal=1), *packed, job("w", queue_name="tight", gpus=1)
+    )
+    ex = explain(s, "team-a/packed")
+    assert section(ex, "Placement")[:2] == [
+        "attempt 1: 2 worker(s) on 1 node(s)",
+        "zone-0/block-0/r0: n0 (2 workers)",
+    ]
+    assert ex.data["nodes"] == ["n0"]
+    waiting = explain(s, "team-a/w")
+    assert waiting.code == PendingCode.QUOTA_EXCEEDED
+    assert "best cluster: cluster with 24 free GPUs, room for all 2 workers" in section(waiting, "Topology")

@@ -340,3 +340,18 @@ def test_a_victim_whose_node_dies_while_it_saves_is_killed_at_its_grace_deadline
     sim._process_until(3090)
     assert low.state is State.PENDING
     assert sim.recorder.lost_gpu_seconds == pytest.approx(8 * (3090 - 1800))  # its save never finished
+
+
+def test_a_preemption_that_buys_nothing_is_called_off_while_the_victim_saves() -> None:
+    """Issue 33, as the operator does it: the preemptor got room elsewhere (a job ended) while its
+    victim saved its checkpoint; the victim keeps running and loses nothing."""
+    jobs = [
+        TraceJob("low", 0, 10_000, 8, "q", priority=0),
+        TraceJob("busy", 0, 3020, 8, "q", priority=9),
+        TraceJob("high", 3000, 100, 8, "q", priority=5),
+    ]
+    spy = Spy(make_policy("gpuq"))
+    r = run(jobs, spy, checkpoint_minutes=30, restart_overhead_seconds=120.0)
+    assert [(now, a.victim) for now, _, d in spy.calls for a in d.abandon] == [(3020.0, "low")]
+    assert r["preemptions"] == 0 and r["lost_gpu_hours"] == 0.0
+    assert r["makespan"] == pytest.approx(10_000)  # no restart: it ran through

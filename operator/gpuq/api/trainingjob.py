@@ -240,7 +240,8 @@ class TrainingJobStatus(ApiModel):
     failed_nodes: list[str] = Field(
         default_factory=list,
         max_length=256,
-        description="Nodes that failed under this job; it is not placed on them again.",
+        description="Nodes that failed under this job: it avoids them while other nodes fit, and takes "
+        "one that has recovered (Ready, healthy, not flapping) rather than waiting.",
     )
     not_before: datetime | None = Field(
         default=None, description="Restart back-off: not re-placed before this time."

@@ -122,7 +122,8 @@ def blocked_status(job: JobEntry, why: Exclusion, now: float) -> tuple[dict[str,
         **_identity(job),
     )
     is_new = old is None or old.status != ConditionStatus.TRUE or old.reason != why.reason
-    if not is_new:
+    # A running gang stopped by spec.suspend got its Suspended Event with its eviction already.
+    if not is_new or (suspended and s.phase == Phase.SUSPENDED):
         return patch, ()
     # Suspension is what the user asked for: worth a Normal Event, not a Warning.
     return patch, ((st.normal if suspended else st.warning)(why.reason, why.message),)

@@ -30,7 +30,7 @@ from gpuq.controller.quarantine import Quarantine, culprits
 from gpuq.controller.snapshot import SnapshotBuilder, View, with_disrupted_at
 from gpuq.controller.writer import Writer
 from gpuq.core.config import SchedulerConfig
-from gpuq.core.decisions import Admit, Decisions, Preempt, Restart
+from gpuq.core.decisions import Abandon, Admit, Decisions, Preempt, Restart
 from gpuq.core.extender import ExtenderView, extender_view
 from gpuq.core.failover import Disruption, failed_nodes, node_disruptions, remember_disruptions
 from gpuq.core.model import Job, Snapshot
@@ -444,6 +444,32 @@ class SchedulingLoop:
             self.tracker.mark_evicted(p.victim)
             self.writer.submit(p.victim, partial(self._evict, victim, ev, now, failed))
 
+    def _call_off(self, off: Abandon) -> None:
+        """The core says the preemption buys nothing any more: unless its eviction has begun (or it
+        is a stop the user asked for), the victim keeps running."""
+        ev = self.tracker.get(off.victim)
+        victim = self.cache.jobs.get(off.victim)
+        if ev is None or ev.evicted or ev.is_stop or victim is None or off.victim in self.writer.busy:
+            return
+        self.tracker.finish(off.victim)
+        if victim.spec is not None:
+            self.preemption_log.discard(victim.spec.queue, ev.requested_at)
+        self.writer.submit(off.victim, partial(self._clear_preemption, victim, ev, off.reason))
+
+    async def _clear_preemption(self, victim: JobEntry, ev: Eviction, reason: str) -> None:
+        fresh = self.writer.current(victim)
+        if fresh is None or fresh.status.phase not in PLACED_PHASES:
+            return
+        msg = f"preemption by {ev.for_job} called off: {reason}"
+        conds = st.without_condition(fresh.status.conditions, st.PREEMPTION_REQUESTED)
+        fresh = await self.writer.patch_job_status(
+            fresh, st.patch(fresh.status, message=msg, conditions=conds, preemption=None)
+        )
+        asked = [p.key for p in self.cache.pods_of(fresh.key, fresh.uid) if p.checkpoint_requested]
+        await self.writer.annotate_pods(asked, {meta.ANNOTATION_CHECKPOINT_REQUESTED: None})
+        await self.writer.event(fresh, st.normal("PreemptionCalledOff", msg))
+        log.info("preemption called off", job=fresh.key, for_job=ev.for_job, why=reason)
+
     async def _request_checkpoint(self, victim: JobEntry, ev: Eviction) -> None:
         """Persist the preemption in the victim's status (it survives a restart), then annotate its
         pods so the training code checkpoints."""
@@ -520,6 +546,8 @@ class SchedulingLoop:
                 continue
             self.tracker.finish(r.job)
             readmit = admits.pop(r.job, None)  # a first restart is re-placed in the same cycle
+            if r.job in view.blocked:
+                readmit = None  # its queue no longer admits it: it waits Recovering, blocked
             self.writer.submit(r.job, partial(self._restart, job, r, readmit, now, failed))
         for a in admits.values():
             job = self.cache.jobs.get(a.job)
@@ -530,6 +558,8 @@ class SchedulingLoop:
             self.writer.submit(a.job, partial(self.writer.admit, job, a, len(admits) - 1))
         for p in d.preempt:
             self._start_preemption(p, now, failed)
+        for off in d.abandon:
+            self._call_off(off)
         refresh: list[tuple[int, str, JobEntry, dict[str, Any]]] = []
         for pending in d.pending:
             job = self.cache.jobs.get(pending.job)

@@ -7,9 +7,10 @@ starting the grace period over or forgetting it.
 
 A victim whose job asks for it (checkpoint.requestOnPreemption) gets the checkpoint-requested
 annotation and up to gracePeriodSeconds to report a newer checkpoint; the scheduling loop keeps
-running meanwhile and wakes up at the deadline. A decided preemption is carried through even if
-the preemptor finds room elsewhere meanwhile: the core released the victim's quota when it chose it
-(the victim is `evicting`), so keeping the victim would leave its queue over quota.
+running meanwhile and wakes up at the deadline. Until the eviction starts, the core may call a
+preemption off (`Decisions.abandon`: no waiting job counts on the victim any more and its queue's
+quota admits it where it runs); the loop then clears status.preemption and the pods' request
+annotation, and the victim keeps running. Stops (suspend, drain) are never called off.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ class Eviction:
         return self.for_job in STOPS
 
     def describe(self) -> str:
-        return self.reason if self.is_stop else f"preempted by {self.for_job} ({self.reason})"
+        # The core's reasons name the preemptor already ("preempted by X (priority ...)").
+        if self.is_stop or self.for_job in self.reason:
+            return self.reason
+        return f"preempted by {self.for_job} ({self.reason})"
 
     def to_status(self) -> PreemptionStatus:
         return PreemptionStatus(
@@ -140,6 +144,12 @@ class PreemptionLog:
 
     def add(self, queue: str, when: float) -> None:
         self._times.setdefault(queue, []).append(when)
+
+    def discard(self, queue: str, when: float) -> None:
+        """A preemption called off before its eviction: it costs the queue nothing."""
+        times = self._times.get(queue, [])
+        if when in times:
+            times.remove(when)
 
     def times(self, queue: str, now: float) -> list[float]:
         recent = [t for t in self._times.get(queue, ()) if now - t < HOUR]

@@ -55,6 +55,8 @@ class Exclusion:
     message: str
 
 
+# Exclusion reason of a job the core failed on (gpuq.controller.quarantine).
+QUARANTINED = "InternalError"
 # Exclusion reason of a job with spec.suspend that holds no GPUs (phase Suspended).
 SUSPENDED = "Suspended"
 SUSPENDED_MESSAGE = "suspended (spec.suspend is true): it holds no GPUs until spec.suspend is false again"
@@ -78,6 +80,10 @@ class View:
     # Jobs holding a placement that must give it up though no job preempts them: key -> STOP_SUSPEND
     # (spec.suspend) or STOP_DRAIN (their queue's stopPolicy is HoldAndDrain).
     stopping: Mapping[str, str] = field(default_factory=dict)
+    # Jobs holding a placement that would be kept out if they waited (key -> why): the core sees
+    # them running (a failed node fails them over), but once evicted they wait blocked, so a
+    # re-placement the core decides for them in the cycle of their restart is not carried out.
+    blocked: Mapping[str, Exclusion] = field(default_factory=dict)
 
 
 def with_recent_preemptions(queue: Queue, count: int) -> Queue:
@@ -390,6 +396,7 @@ class SnapshotBuilder:
             self._config, self._jobs, self._nodes_memo = config, {}, {}
         topo = config.topology
         excluded: dict[str, Exclusion] = {}
+        blocked: dict[str, Exclusion] = {}
         held: dict[str, Holding] = {}
         stopping: dict[str, str] = {}
         recent = recent_preemptions or {}
@@ -399,7 +406,7 @@ class SnapshotBuilder:
             if q.spec is not None
         }
         # Pass 1: which jobs hold placements (they shape node usage and health).
-        candidates: list[tuple[JobEntry, TrainingJobSpec, _JobMemo]] = []
+        candidates: list[tuple[JobEntry, TrainingJobSpec, _JobMemo, bool]] = []
         for key in sorted(cache.jobs):
             job = cache.jobs[key]
             if job.status.phase in FINISHED_PHASES:
@@ -411,18 +418,25 @@ class SnapshotBuilder:
             if job.spec is None:
                 reason: Exclusion | None = Exclusion("Invalid", job.error or "invalid spec")
             elif quarantined and key in quarantined:
-                reason = Exclusion("InternalError", QUARANTINE_MESSAGE)
+                reason = Exclusion(QUARANTINED, QUARANTINE_MESSAGE)
             else:
                 reason = memo.exclusion
-            if job.spec is None or reason is not None:
-                if reason is not None and hold is None:
+            if reason is not None:
+                if hold is None:
                     excluded[key] = reason
-                continue  # a held job we cannot model: its pods count as someone else's usage
+                    continue
+                if not self._modelled_while_held(job, reason):
+                    continue  # a held job we cannot model: its pods count as someone else's usage
+                # Its queue is gone (or no longer admits it) while it runs: the core still sees
+                # it, so a node failing under it fails it over (docs/api.md, "GPUQueue").
+                blocked[key] = reason
+            spec = job.spec
+            assert spec is not None  # a job without one has a reason above
             stop = _stop(job, cache)
             if stop and hold is None:
                 excluded[key] = Exclusion(SUSPENDED, SUSPENDED_MESSAGE)
                 continue
-            candidates.append((job, job.spec, memo))
+            candidates.append((job, spec, memo, bool(stop)))
             if hold is not None:
                 held[key] = hold
                 if stop and job.status.phase in PLACED_PHASES:
@@ -435,7 +449,7 @@ class SnapshotBuilder:
 
         jobs: list[Job] = []
         wake_jobs: list[float | None] = []
-        for job, spec, memo in candidates:
+        for job, spec, memo, stops in candidates:
             hold = memo.hold
             if hold is None and nodes:
                 too_big = _too_big(spec, total_gpus, largest)
@@ -453,13 +467,21 @@ class SnapshotBuilder:
             if memo.job is None or memo.job_args != args:
                 workers, cons, _ = self._derive(job, spec)
                 assert workers is not None and cons is not None  # _exclusion rejected bad templates
-                memo.job = _job(job, spec, workers, cons, hold, fallback, not_before, memo.evicting)
+                memo.job = _job(job, spec, workers, cons, hold, fallback, not_before, memo.evicting, stops)
                 memo.job_args = args
             jobs.append(memo.job)
         snapshot = Snapshot(
             topology=topo, nodes=tuple(nodes), queues=tuple(queues.values()), jobs=tuple(jobs)
         )
-        return View(snapshot, excluded, held, _earliest([*wake_nodes, *wake_jobs]), stopping)
+        return View(snapshot, excluded, held, _earliest([*wake_nodes, *wake_jobs]), stopping, blocked)
+
+    def _modelled_while_held(self, job: JobEntry, why: Exclusion) -> bool:
+        """Whether a job that holds a placement but would be kept out if it waited (its queue was
+        deleted, turned invalid or no longer admits its namespace, a topology level is gone) can
+        still be given to the core as running: its spec derives, and the core did not fail on it."""
+        if job.spec is None or why.reason == QUARANTINED:
+            return False
+        return self._derive(job, job.spec)[2] is None
 
     def _exclusion(self, job: JobEntry, cache: ClusterCache, topo: Topology) -> Exclusion | None:
         spec = job.spec
@@ -607,6 +629,7 @@ def _job(
     now: float,
     not_before: float,
     evicting: bool,
+    stop: bool = False,
 ) -> Job:
     st = job.status
     ckpt = newer(st.last_checkpoint, job.checkpoint)
@@ -631,6 +654,7 @@ def _job(
         recovering=st.phase == Phase.RECOVERING and hold is None,
         not_before=not_before,
         evicting=evicting and hold is not None,
+        stopping=stop and evicting and hold is not None,
         attained_gpu_seconds=st.attained_gpu_seconds,
         queued_since=queued_since(job),
     )

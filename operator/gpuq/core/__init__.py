@@ -6,12 +6,13 @@ cycle; decisions are identical, only faster. Semantics: docs/scheduling.md.
 """
 
 from gpuq.core.config import FailoverConfig, SchedulerConfig, ScoringWeights
-from gpuq.core.decisions import Admit, Decisions, Pending, PendingCode, Preempt, Restart
+from gpuq.core.decisions import Abandon, Admit, Decisions, Pending, PendingCode, Preempt, Restart
 from gpuq.core.index import ClusterIndex, SnapshotError
 from gpuq.core.scheduler import schedule
 from gpuq.core.topology import comm_cost, level_weights
 
 __all__ = [
+    "Abandon",
     "Admit",
     "ClusterIndex",
     "Decisions",

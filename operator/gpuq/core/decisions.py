@@ -59,6 +59,16 @@ class Preempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Abandon:
+    """Call off the preemption of a gang being evicted (still holding its resources): no waiting job
+    counts on it any more, and its queue's quota admits it where it runs, so evicting it would buy
+    nothing (docs/scheduling.md, "Preemptions that buy nothing"). It keeps running."""
+
+    victim: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Restart:
     job: str
     failed_nodes: tuple[str, ...]
@@ -86,6 +96,7 @@ class Decisions:
     preempt: tuple[Preempt, ...] = ()
     restart: tuple[Restart, ...] = ()
     pending: tuple[Pending, ...] = ()
+    abandon: tuple[Abandon, ...] = ()
     # Diagnostics for logs/metrics: queue name -> GPUs in use / borrowed after this cycle.
     queue_usage: dict[str, int] = field(default_factory=dict)
     queue_borrowed: dict[str, int] = field(default_factory=dict)

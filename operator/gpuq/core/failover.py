@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from gpuq.core.config import FailoverConfig
 from gpuq.core.constraints import untolerated
 from gpuq.core.index import ClusterIndex
-from gpuq.core.model import Health, Node, TaintEffect
+from gpuq.core.model import Health, Job, Node, TaintEffect
 from gpuq.core.topology import WHOLE_CLUSTER, scope_sizes, zone_of
 
 # Taints that only restate NotReady/Unknown: the grace period applies to them, not the taint.
@@ -198,15 +198,7 @@ def detect(ix: ClusterIndex, now: float, cfg: FailoverConfig) -> list[Failure]:
         for key in keys:
             if key in ix.evicting:
                 continue
-            reason = whole
-            if reason is None:
-                bad = [
-                    t
-                    for t in untolerated(nd, ix.jobs[key].constraints.tolerations, (TaintEffect.NO_EXECUTE,))
-                    if t.key not in NOT_READY_TAINTS
-                ]
-                if bad:
-                    reason = f"node {nd.name} tainted {bad[0].key}={bad[0].value}:NoExecute"
+            reason = whole or _evicted_by_taint(nd, ix.jobs[key])
             if reason is not None:
                 per_job.setdefault(key, []).append((nd.name, reason))
     for key, names in ix.orphans.items():
@@ -226,6 +218,32 @@ def detect(ix: ClusterIndex, now: float, cfg: FailoverConfig) -> list[Failure]:
         reason = items[0][1] + (f" (and {len(items) - 1} more nodes)" if len(items) > 1 else "")
         out.append(Failure(key, tuple(n for n, _ in items), reason))
     return out
+
+
+def _evicted_by_taint(nd: Node, job: Job) -> str | None:
+    """Why a NoExecute taint the job does not tolerate fails it on this node (None if none does)."""
+    bad = [
+        t
+        for t in untolerated(nd, job.constraints.tolerations, (TaintEffect.NO_EXECUTE,))
+        if t.key not in NOT_READY_TAINTS
+    ]
+    return f"node {nd.name} tainted {bad[0].key}={bad[0].value}:NoExecute" if bad else None
+
+
+def gang_fails(ix: ClusterIndex, key: str, now: float, cfg: FailoverConfig) -> bool:
+    """Whether a running gang sits on a node that fails it now (detect's rule for one gang,
+    whether or not it is being evicted)."""
+    if key in ix.orphans:
+        return True
+    suspect = [i for i, _ in ix.job_nodes.get(key, ()) if i in ix.suspects]
+    if not suspect:
+        return False
+    active = index_disruptions(ix, now, cfg)
+    job = ix.jobs[key]
+    return any(
+        node_failure(ix, i, now, cfg, active) is not None or _evicted_by_taint(ix.nodes[i], job) is not None
+        for i in suspect
+    )
 
 
 def backoff_seconds(restart_count: int, cfg: FailoverConfig) -> float:

@@ -192,6 +192,7 @@ class ClusterIndex:
         self.service_events: list[tuple[float, str, float]] = []
         self.service_events_now = float("-inf")
         self.usage: dict[str, int] = {}  # queue -> GPUs held (running, not evicting) or kept (recovering)
+        self.evicting_usage: dict[str, int] = {}  # queue -> GPUs its evicting gangs still hold
         self.model_usage: dict[str, dict[str, int]] = {}
         for job in snapshot.jobs:
             if job.key in self.jobs:
@@ -308,6 +309,7 @@ class ClusterIndex:
         self.job_models[key] = models
         if job.evicting:
             self.evicting.add(key)
+            self._count_evicting(job.queue, len(job.running.placement) * d.gpus)
         else:
             self._count_usage(job.queue, len(job.running.placement) * d.gpus, models)
 
@@ -362,6 +364,7 @@ class ClusterIndex:
         models = self.job_models.pop(key)
         if key in self.evicting:
             self.evicting.discard(key)
+            self._count_evicting(job.queue, -len(job.running.placement) * d.gpus)
         else:
             self._count_usage(
                 job.queue, -len(job.running.placement) * d.gpus, tuple((m, -g) for m, g in models)
@@ -394,6 +397,13 @@ class ClusterIndex:
             mu = self.model_usage.setdefault(queue, {})
             for m, g in models:
                 mu[m] = mu.get(m, 0) + g
+
+    def _count_evicting(self, queue: str, gpus: int) -> None:
+        left = self.evicting_usage.get(queue, 0) + gpus
+        if left:
+            self.evicting_usage[queue] = left
+        else:
+            self.evicting_usage.pop(queue, None)  # a gang of no GPUs never entered it
 
     def _use(self, i: int, d: Demand, k: int) -> None:
         """Account k workers of d on node i (negative k releases), keeping free arrays and pools current

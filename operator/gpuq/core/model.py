@@ -243,6 +243,9 @@ class Job:
     # A victim already asked to checkpoint / being deleted: it still holds its resources, is never chosen
     # as a victim again, and a preemptor entitled to its capacity waits for it instead of preempting more.
     evicting: bool = False
+    # Evicting because it is being stopped (spec.suspend, a queue drain), not preempted: what the user
+    # asked for, so never called off (scheduler: preemptions that buy nothing are).
+    stopping: bool = False
     # GPU-seconds this job held running in its earlier attempts (the shell records them when an attempt
     # ends); the running attempt's share is added from running.started_at (gpuq.core.service).
     attained_gpu_seconds: float = 0.0

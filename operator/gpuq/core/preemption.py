@@ -7,7 +7,9 @@ Allowed victims of job J in queue q (docs/scheduling.md, "Preemption"):
   nodes holding more GPUs than J needs (gpuq.core.service.ServiceView.outranked);
 - reclaim, if J fits q's nominal quota and q's reclaimWithinCohort is not Never: running jobs of cohort
   peers that borrow (usage above their nominal; a peer stops being a source once it is back at nominal),
-  of lower priority than J under LowerPriority, of any priority under Any;
+  of lower priority than J under LowerPriority, of any priority under Any; a peer that is back at
+  nominal only because some of its gangs are being evicted still offers those (free) gangs, so J
+  waits for them as a within-queue preemptor does;
 - never a non-preemptible job, a job of a non-preemptible queue or of a queue that lost its
   maxPreemptionsPerHour in the last hour (a plan that would exceed a cap is dropped: the job waits),
   one younger than its minRuntimeSeconds, or one admitted, restarted or
@@ -97,12 +99,26 @@ def may_have_victims(
             own = ix.running_by_queue.get(q.name, ())
             if service.outranked(q.name, (ix.jobs[k] for k in own), job):
                 return True
-    return (
-        q.cohort is not None
-        and q.preemption.reclaim_within_cohort is not ReclaimPreemption.NEVER
-        and book.used(q.name) + quota_gpus <= q.nominal_gpus
-        and book.cohort_borrowed[q.cohort] > book.borrowed(q)  # some peer borrows
+    if (
+        q.cohort is None
+        or q.preemption.reclaim_within_cohort is ReclaimPreemption.NEVER
+        or book.used(q.name) + quota_gpus > q.nominal_gpus
+    ):
+        return False
+    if book.cohort_borrowed[q.cohort] > book.borrowed(q):  # some peer borrows
+        return True
+    # Or a peer borrowed until some of its gangs started leaving: J may wait for them.
+    leaving = ix.evicting_usage
+    return bool(leaving) and any(
+        _reclaimed_by_eviction(book, p, leaving) for p in book.cohorts[q.cohort] if p.name != q.name
     )
+
+
+def _reclaimed_by_eviction(book: QuotaBook, peer: Queue, leaving: Mapping[str, int]) -> bool:
+    """The peer borrowed, counting its gangs being evicted: their GPUs return borrowed quota, so a
+    reclaimer may wait for them (they are free victims) instead of preempting more."""
+    gone = leaving.get(peer.name, 0)
+    return gone > 0 and book.used(peer.name) + gone > peer.nominal_gpus
 
 
 def allowed_victims(
@@ -138,8 +154,13 @@ def allowed_victims(
         and book.used(q.name) + quota_gpus <= q.nominal_gpus
     ):
         for peer in book.cohorts[q.cohort]:
-            if peer.name != q.name and book.used(peer.name) > peer.nominal_gpus:
+            if peer.name == q.name:
+                continue
+            if book.used(peer.name) > peer.nominal_gpus:
                 keys.extend((k, True) for k in ix.running_by_queue.get(peer.name, ()))
+            elif _reclaimed_by_eviction(book, peer, ix.evicting_usage):
+                # Back within its nominal once its leaving gangs are gone: those are free victims.
+                keys.extend((k, True) for k in ix.running_by_queue.get(peer.name, ()) if k in ix.evicting)
     out = []
     jobs, evicting_set = ix.jobs, ix.evicting
     any_priority = policy is ReclaimPreemption.ANY

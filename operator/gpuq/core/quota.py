@@ -16,7 +16,7 @@ Semantics (docs/scheduling.md, "Quota"):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpuq.core.decisions import PendingCode
@@ -45,12 +45,45 @@ def lendable(q: Queue, used: int) -> int:
     return unused if unused < cap else max(cap, 0)
 
 
+def lent_out(queues: Iterable[Queue], usage: Mapping[str, int]) -> dict[str, int]:
+    """GPUs of each queue's nominal quota that its cohort peers use now (column LENT of `gpuq
+    queues`). Borrowing is pooled in a cohort, so what its queues borrow in all is split among the
+    lending ones in proportion to what each lends now (largest remainders, then names, get the odd
+    GPUs): exact with one lender, and the column adds up to what the cohort borrows."""
+    cohorts: dict[str, list[Queue]] = {}
+    for q in queues:
+        if q.cohort is not None:
+            cohorts.setdefault(q.cohort, []).append(q)
+    out: dict[str, int] = {}
+    for members in cohorts.values():
+        borrowed = sum(max(0, usage.get(q.name, 0) - q.nominal_gpus) for q in members)
+        lends = {q.name: lendable(q, usage.get(q.name, 0)) for q in members}
+        total = sum(lends.values())
+        share = {n: min(lent, borrowed * lent // total) if total else 0 for n, lent in lends.items()}
+        odd = min(borrowed, total) - sum(share.values())
+        by_remainder = sorted(lends, key=lambda n: (-(borrowed * lends[n] % total) if total else 0, n))
+        for n in by_remainder:
+            if odd <= 0:
+                break
+            if share[n] < lends[n]:
+                share[n] += 1
+                odd -= 1
+        out.update(share)
+    return out
+
+
 def fair_share(q: Queue, used: int) -> float:
     """share(q) = borrowed / weight: the lowest goes first among heads that need to borrow."""
     over = used - q.nominal_gpus
     if over <= 0:
         return 0.0
     return over / q.weight if q.weight > 0 else over * 1e9
+
+
+def _in_use(q: Queue, used: int, gpus: int) -> str:
+    """e.g. "queue a uses 8/48 GPUs; this job needs 48": what a quota reason starts with (not
+    "at quota 8/48", which read as a full queue)."""
+    return f"queue {q.name} uses {used}/{q.nominal_gpus} GPUs; this job needs {gpus}"
 
 
 class QuotaBook:
@@ -135,14 +168,14 @@ class QuotaBook:
         if q.cohort is None:
             if after <= q.nominal_gpus:
                 return OK
-            return QuotaCheck(False, reason=f"queue {q.name} at quota {used}/{q.nominal_gpus}")
+            return QuotaCheck(False, reason=f"{_in_use(q, used, gpus)} ({after} > {q.nominal_gpus})")
         borrow_after = max(0, after - q.nominal_gpus)
         if q.borrowing_limit_gpus is not None and borrow_after > q.borrowing_limit_gpus:
             return QuotaCheck(
                 False,
                 reason=(
-                    f"queue {q.name} at quota {used}/{q.nominal_gpus}; needs to borrow {borrow_after} "
-                    f"but its borrowing limit is {q.borrowing_limit_gpus}"
+                    f"{_in_use(q, used, gpus)}, {borrow_after} above its nominal, but its borrowing "
+                    f"limit is {q.borrowing_limit_gpus}"
                 ),
                 code=PendingCode.BORROWING_LIMIT,
             )
@@ -159,8 +192,8 @@ class QuotaBook:
             else:
                 free = max(0, lent - peers_borrowed)
                 reason = (
-                    f"queue {q.name} at quota {used}/{q.nominal_gpus} and cohort {q.cohort} lends "
-                    f"{free} (needs {borrow_after})"
+                    f"{_in_use(q, used, gpus)}, {borrow_after} above its nominal, and cohort {q.cohort} "
+                    f"lends {free}"
                 )
             return QuotaCheck(False, reason=reason, code=PendingCode.COHORT_EXHAUSTED)
         return QuotaCheck(True, borrowed=min(gpus, borrow_after))

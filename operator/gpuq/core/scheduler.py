@@ -14,7 +14,7 @@ Phases (docs/scheduling.md):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -24,6 +24,7 @@ from gpuq.core.constraints import invalid_constraints
 from gpuq.core.decisions import (
     CAPACITY_CODES,
     NEVER_CODES,
+    Abandon,
     Admit,
     Decisions,
     Pending,
@@ -31,7 +32,7 @@ from gpuq.core.decisions import (
     Preempt,
     Restart,
 )
-from gpuq.core.failover import backoff_seconds, detect
+from gpuq.core.failover import backoff_seconds, detect, gang_fails
 from gpuq.core.fit import Demand, invalid_workers, slots_on
 from gpuq.core.index import ClusterIndex, OrderKey, SnapshotError, order_key
 from gpuq.core.model import Job, Queue, QueueingStrategy, Snapshot, TopologyMode
@@ -70,7 +71,7 @@ def schedule(
     cycle = _Cycle(ix, snapshot, now, config, explain)
     decisions = cycle.run()
     # A cycle that preempted nothing leaves a memo for the next one (see _Memo).
-    if explain or decisions.preempt or decisions.restart:
+    if explain or decisions.preempt or decisions.restart or decisions.abandon:
         ix.cycle_memo = None
     else:
         admitted = tuple(a.job for a in decisions.admit)
@@ -192,6 +193,11 @@ class _Cycle:
         self._admitted_keys: set[str] = set()
         self.searches = 0  # preemption searches run this cycle
         self.deferred: set[str] = set()  # jobs whose preemption search the budget deferred
+        # Gangs being evicted that a job waiting this cycle counts on, and whether every job that
+        # might was tried (no search skipped for the budget, no admission cap): _abandon_unneeded.
+        self.counted: set[str] = set()
+        self.complete = True
+        self.abandons: list[Abandon] = []
         self.dead: dict[tuple[str, int], _Dead] = {}  # (queue, pending class) -> failed this cycle
         self.stops: dict[str, tuple[OrderKey, str, str]] = {}  # queue -> (blocking head, reason, code)
         self.fail_reason: tuple[str, str] = ("", "")  # of the last _try that failed, for its class
@@ -231,6 +237,7 @@ class _Cycle:
         for r in recoveries:
             self._recover(r)
         self._queues()
+        self._abandon_unneeded()
         return self._decisions()
 
     def _indices(self, names: Iterable[str]) -> tuple[int, ...]:
@@ -296,18 +303,7 @@ class _Cycle:
         old_models = dict(self.ix.job_models.get(job.key, ()))
         self.book.add(job.queue, 0, {m: -g for m, g in old_models.items()})
         allowed, model_reason = self._allowed_models(q, job, job.workers.total_gpus, d)
-
-        def search(tiers: list[list[Pool]]) -> Placement | None:
-            # Nodes that failed under the job are avoided; when nothing else fits, a recovered one (now
-            # healthy, Ready and not flapping) beats waiting forever: placement skips unusable nodes anyway.
-            # A node failing it right now is no fallback: its old pods still hold it, and it fails it.
-            for exclude in (r.exclude, r.failing) if r.exclude != r.failing else (r.exclude,):
-                for dom in self._prefer_domains(r.previous):
-                    p = place(st, tiers, Request(d, R, depth, dom, exclude), self.weights)
-                    if p is not None:
-                        return p
-            return None
-
+        search = self._avoiding(d, R, depth, r.exclude, r.failing, self._prefer_domains(r.previous))
         p, tiers, capped = self._place_within_model_quota(q, job, d, allowed, search)
         if p is not None:
             st.use_all(p.assign, d, 1)
@@ -326,6 +322,31 @@ class _Cycle:
         if r.exclude:
             reason += f" (avoiding {len(r.exclude)} failed nodes)"
         self._pend(job, reason, code)
+
+    def _avoiding(
+        self,
+        d: Demand,
+        R: int,
+        depth: int | None,
+        avoid: frozenset[int],
+        failing: frozenset[int] = frozenset(),
+        domains: Sequence[int] = (0,),
+    ) -> Callable[[list[list[Pool]]], Placement | None]:
+        """The placement search for a job that avoids the nodes that failed under it (`avoid`: its
+        failedNodes, and those failing it now), trying `domains` in order. When nothing else fits, a
+        recovered one (healthy, Ready, not flapping: placement skips unusable nodes anyway) beats
+        waiting forever; a node failing it right now (`failing`) never is: its old pods still hold it."""
+        st, weights = self.st, self.weights
+
+        def search(tiers: list[list[Pool]]) -> Placement | None:
+            for exclude in (avoid, failing) if avoid != failing else (avoid,):
+                for dom in domains:
+                    p = place(st, tiers, Request(d, R, depth, dom, exclude), weights)
+                    if p is not None:
+                        return p
+            return None
+
+        return search
 
     def _hold_leftovers(
         self, old: Iterable[tuple[int, int]], new: Iterable[tuple[int, int]], d: Demand
@@ -392,6 +413,7 @@ class _Cycle:
             push(qn)
         while heap:
             if self.admitted >= self.cfg.max_admissions_per_cycle:
+                self.complete = False
                 break
             _, qn = heapq.heappop(heap)
             heads = lines[qn]
@@ -567,9 +589,12 @@ class _Cycle:
         quota_ok = qc.ok and allowed != frozenset()
         tiers: list[list[Pool]] | None = None
         capped = ""
+        # Nodes that failed under it stay avoided after its recovery (a preemption, a drain, a
+        # kubelet's refusal sends it back to its queue): docs/failover.md, "Recovery".
+        avoid = self._indices_set(job.avoid_nodes) if job.avoid_nodes else frozenset()
         if quota_ok:
             p, tiers, capped = self._place_within_model_quota(
-                q, job, d, allowed, lambda t: place(st, t, Request(d, R, depth), self.weights)
+                q, job, d, allowed, self._avoiding(d, R, depth, avoid)
             )
             if p is not None:
                 st.use_all(p.assign, d, 1)
@@ -579,7 +604,8 @@ class _Cycle:
             tiers = tiers or st.pool_tiers(job, R, allowed)
             # Only a queue's head may preempt (as in Kueue): jobs behind it would evict gangs that
             # leave leftovers for borrowers to take again, a reclaim churn with no end.
-            if is_head and self._preempt(job, q, G, d, Request(d, R, depth), tiers) is _Outcome.WAITING:
+            req = Request(d, R, depth, 0, avoid)
+            if is_head and self._preempt(job, q, G, d, req, tiers) is _Outcome.WAITING:
                 return _Outcome.WAITING
         if not quota_ok:
             if qc.ok:  # only its model quota blocks it
@@ -658,6 +684,7 @@ class _Cycle:
             return _Outcome.FAILED
         if self.searches >= self.cfg.max_preemption_searches_per_cycle:
             self.deferred.add(job.key)
+            self.complete = False
             return _Outcome.FAILED
         self.searches += 1
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
@@ -671,16 +698,25 @@ class _Cycle:
         if not self._spend_budgets(plan):
             return _Outcome.FAILED  # it would exceed a queue's preemptions per hour: wait instead
         models = self._models_of(plan.placement, d)
+        # Whether its queue's quota (not only free room) needed the victims: their reason says so.
+        quota = book.check(q, quota_gpus)
         preemption.commit(st, book, plan, d, q, quota_gpus, models)
         for v in plan.victims:
             if v.reclaim:
                 why = f"reclaimed by queue {q.name} for {job.key}: queue {v.queue} runs on borrowed quota"
             else:
-                why = f"preempted by {job.key} (priority {job.priority} > {v.priority}) in queue {q.name}"
+                rank = (
+                    f"priority {job.priority} > {v.priority}"
+                    if job.priority > v.priority
+                    else f"priority {v.priority}, more attained service"
+                )
+                need = f"to free quota: {quota.reason}" if not quota.ok else "to free room on its nodes"
+                why = f"preempted by {job.key} ({rank}) in queue {q.name} {need}"
             self.preempts.append(Preempt(v.key, job.key, why))
             self.unavailable.add(v.key)
         for v in plan.waiting:
             self.unavailable.add(v.key)
+            self.counted.add(v.key)
         n = len(plan.victims) + len(plan.waiting)
         nodes = self.ix.nodes
         self._pend(
@@ -706,6 +742,7 @@ class _Cycle:
             # lands on several nodes is spared only by smaller jobs, not by its equals).
             return _Outcome.FAILED
         if self.searches >= self.cfg.max_preemption_searches_per_cycle:
+            self.complete = False
             return _Outcome.FAILED
         self.searches += 1
         plan = consolidation.search(
@@ -741,6 +778,7 @@ class _Cycle:
             )
             self.preempts.append(Preempt(v.key, job.key, why, move=True))
         self.unavailable.update(v.key for v in victims)
+        self.counted.update(v.key for v in pplan.waiting)
         self._pend(
             job,
             f"waiting for {len(victims)} gang{'s' if len(victims) != 1 else ''} to move off "
@@ -749,6 +787,34 @@ class _Cycle:
             tuple(nodes[i].name for i in plan.placement.nodes),
         )
         return _Outcome.WAITING
+
+    def _abandon_unneeded(self) -> None:
+        """Preemptions that buy nothing (issue 33): a gang being evicted that no job waiting this
+        cycle counted on, and that its queue's quota (cohort rules and model quotas included, after
+        this cycle's admissions) admits where it runs, keeps running: its preemptor found room
+        elsewhere, went away, or no longer needs it. A preemption the quota forced is carried
+        through. Decided only after a complete cycle: a job whose search the budget or the
+        admission cap skipped might still count on it. Highest priority first."""
+        ix, book = self.ix, self.book
+        leaving = [k for k in ix.evicting if k not in self.counted and not ix.jobs[k].stopping]
+        if not self.complete or not leaving:
+            return
+        for key in sorted(leaving, key=lambda k: (-ix.jobs[k].priority, k)):
+            job = ix.jobs[key]
+            q = self.queues.get(job.queue)
+            if q is None or q.held:
+                continue  # nothing to admit it into: its eviction goes on
+            if gang_fails(ix, key, self.now, self.cfg.failover):
+                continue  # kept, it would be failed over at once
+            gpus = sum(k for _, k in ix.job_nodes[key]) * ix.demand[key].gpus
+            models = dict(ix.job_models[key])
+            headroom = book.model_headroom(q)
+            if not book.check(q, gpus).ok or any(g > headroom.get(m, g) for m, g in models.items()):
+                continue
+            book.add(q.name, gpus, models)
+            self.abandons.append(
+                Abandon(key, f"no job waits for its GPUs any more and queue {q.name}'s quota still admits it")
+            )
 
     def _spend_budgets(self, plan: preemption.Plan) -> bool:
         """Count the plan's new victims against their queues' preemptions per hour; False (nothing
@@ -768,7 +834,10 @@ class _Cycle:
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
         latest = now - self.cfg.service.min_run_seconds
         out = []
-        for keys in ix.running_by_queue.values():
+        for qn, keys in ix.running_by_queue.items():
+            queue = self.queues.get(qn)
+            if queue is None or queue.held:
+                continue  # a moved gang could not come back: its queue is gone or admits nothing
             for key in keys:
                 v = ix.jobs[key]
                 if key in self.unavailable or v.priority > job.priority:
@@ -1008,6 +1077,7 @@ class _Cycle:
             preempt=tuple(self.preempts),
             restart=tuple(self.restarts),
             pending=tuple(pending),
+            abandon=tuple(self.abandons),
             queue_usage=usage,
             queue_borrowed=borrowed,
             wake_at=wake if wake != float("inf") else None,

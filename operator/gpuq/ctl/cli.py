@@ -16,7 +16,13 @@ QUEUE_COLUMNS = [
     ("QUEUE", "tree"), ("NOMINAL", "nominal"), ("USED", "used"), ("BORROWED", "borrowed"), ("LENT", "lent"),
     ("SHARE", "fairShare"), ("PENDING", "pending"), ("ADMITTED", "admitted"), ("STOP", "stopPolicy"),
 ]  # fmt: skip
-QUEUE_WIDE = [*QUEUE_COLUMNS, ("WEIGHT", "weight"), ("BORROW-LIMIT", "borrowingLimit"), ("ERROR", "error")]
+QUEUE_WIDE = [
+    *QUEUE_COLUMNS,
+    ("LENDABLE", "lendable"),
+    ("WEIGHT", "weight"),
+    ("BORROW-LIMIT", "borrowingLimit"),
+    ("ERROR", "error"),
+]
 JOB_COLUMNS = [
     ("NAMESPACE", "namespace"), ("NAME", "name"), ("QUEUE", "queue"), ("PHASE", "phase"), ("POS", "position"),
     ("REASON", "reason"), ("GPUS", "gpus"), ("AGE", "ageText"),
@@ -43,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     j = command("jobs", "TrainingJobs in queue order, with position and reason code", _jobs)
     j.add_argument("-o", "--output", choices=FORMATS, default="table")
     j.add_argument("--queue", help="only this queue's jobs")
-    j.add_argument("--status", help="pending, queued, admitted, running, suspended, succeeded, failed, ...")
+    j.add_argument("--status", help="a phase (queued, admitted, running, ...), or pending: every waiting one")
     j.add_argument("-n", "--namespace", help="only this namespace")
     e = command(
         "explain",
@@ -99,8 +105,10 @@ def _queues(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from gpuq.ctl.tables import job_rows
+    from gpuq.ctl.tables import STATUSES, job_rows
 
+    if args.status is not None and args.status.lower() not in STATUSES:
+        raise CtlError(f"--status {args.status!r} is not one of: {', '.join(STATUSES)}", code=2)
     rows = job_rows(_state(_client(args)), args.queue, args.status)
     if args.namespace:
         rows = [r for r in rows if r["namespace"] == args.namespace]

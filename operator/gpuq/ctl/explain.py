@@ -5,17 +5,19 @@ snapshot and the core's decisions), and the what-ifs re-run the same core on edi
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller.objects import JobEntry
+from gpuq.controller.preemption import STOPS
 from gpuq.controller.snapshot import SUSPENDED
 from gpuq.core import preemption
-from gpuq.core.decisions import CAPACITY_CODES, NEVER_CODES, PendingCode
+from gpuq.core.decisions import CAPACITY_CODES, NEVER_CODES, Decisions, PendingCode
 from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
-from gpuq.core.quota import QuotaBook, lendable
+from gpuq.core.quota import QuotaBook, lendable, lent_out
 from gpuq.core.scheduler import schedule
 from gpuq.core.state import CycleState
 from gpuq.ctl.state import State
@@ -144,7 +146,8 @@ def _quota_lines(state: State, book: QuotaBook, q: Queue, gpus: int) -> list[str
         )
         out.append(
             f"cohort {q.cohort}: the other queues lend {lent} unused GPUs and borrow {peers}; {limit}; "
-            f"{q.name} lends {lendable(q, used)} now"
+            f"{q.name} lends {lent_out(book.queues.values(), book.usage).get(q.name, 0)} of the "
+            f"{lendable(q, used)} it could lend now"
         )
     check = book.check(q, gpus)
     out.append("quota allows it" if check.ok else f"quota refuses it: {check.reason} ({check.code})")
@@ -193,9 +196,10 @@ def _topology_lines(state: State, job: Job) -> list[str]:
         mark = (
             " (its required level)" if d["level"] == level and job.topology.mode.value == "Required" else ""
         )
+        slots = d["workerSlots"]
+        room = f"all {w.replicas}" if slots >= w.replicas else f"{slots} of its {w.replicas}"
         out.append(
-            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, room for "
-            f"{d['workerSlots']} of its {w.replicas} workers{mark}"
+            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, room for {room} workers{mark}"
         )
     return out
 
@@ -254,12 +258,7 @@ def _unblock(state: State, book: QuotaBook, job: Job, q: Queue, code: str, gpus:
     if code == PendingCode.BEHIND_QUEUE_HEAD:
         return ["the job at the head of its queue being admitted first (StrictFIFO or the starvation rule)"]
     if code == PendingCode.WAITING_FOR_PREEMPTION:
-        victims = [
-            k
-            for k, j in state.cache.jobs.items()
-            if j.status.preemption and j.status.preemption.preemptor == job.key
-        ]
-        return [f"its victims releasing their GPUs: {', '.join(victims) or 'already gone'}"]
+        return [f"its victims releasing their GPUs: {', '.join(_waited_for(state, job)) or 'already gone'}"]
     if code == PendingCode.BACKING_OFF:
         return [f"time: its restart back-off ends in {max(job.not_before - state.now, 0):.0f}s"]
     if code in NEVER_CODES:
@@ -270,6 +269,18 @@ def _unblock(state: State, book: QuotaBook, job: Job, q: Queue, code: str, gpus:
     if code in CAPACITY_CODES:
         return _capacity_what_if(state, job)
     return []
+
+
+def _waited_for(state: State, job: Job) -> list[str]:
+    """The gangs a job waits for: those it preempted, else (a gang another preemption or a stop
+    evicts, which it may count on too) the ones leaving its nominated nodes."""
+    mine = [k for k, j in state.cache.jobs.items() if (p := j.status.preemption) and p.preemptor == job.key]
+    if mine:
+        return mine
+    pending = state.pending(job.key)
+    ix = state.ix
+    nominated = {ix.node_idx[n] for n in (pending.nominated if pending else ()) if n in ix.node_idx}
+    return sorted(k for k in ix.evicting if any(n in nominated for n, _ in ix.job_nodes.get(k, ())))
 
 
 def _running_of(state: State, queues: Sequence[str]) -> list[Job]:
@@ -304,17 +315,18 @@ def _capacity_what_if(state: State, job: Job) -> list[str]:
     cands = sorted((k for k, w in weight.items() if w), key=lambda k: (-weight[k], k))
     runs = [0]
 
-    def admitted_without(gone: Sequence[str]) -> bool:
+    def without(gone: Sequence[str]) -> Decisions:
         runs[0] += 1
         snap, drop = state.view.snapshot, set(gone)
         jobs = tuple(j for j in snap.jobs if j.key not in drop)
-        d = schedule(dataclasses.replace(snap, jobs=jobs), state.now, state.config)
-        return any(a.job == job.key for a in d.admit)
+        return schedule(dataclasses.replace(snap, jobs=jobs), state.now, state.config)
 
-    if not cands or not admitted_without(cands):
-        return [
-            "no set of running jobs finishing lets it in on its own: jobs ahead of it would take the room"
-        ]
+    def admitted_without(gone: Sequence[str]) -> bool:
+        return any(a.job == job.key for a in without(gone).admit)
+
+    all_gone = without(cands)
+    if not any(a.job == job.key for a in all_gone.admit):
+        return [_still_waiting(state, job, all_gone, eligible)]
     lo, hi = 1, len(cands)  # smallest k with admitted_without(cands[:k])
     while lo < hi and runs[0] < MAX_WHAT_IFS:
         mid = (lo + hi) // 2
@@ -331,6 +343,23 @@ def _capacity_what_if(state: State, job: Job) -> list[str]:
             chosen = rest
     names = ", ".join(chosen[:SHOW]) + (" ..." if len(chosen) > SHOW else "")
     return [f"{len(chosen)} running job(s) finishing: {names} (the core admits it without them)"]
+
+
+def _still_waiting(state: State, job: Job, all_gone: Decisions, eligible: set[int]) -> str:
+    """Why even the end of every running job on its eligible nodes would not let it in: what the
+    core decided in that what-if."""
+    lead = "no set of running jobs finishing lets it in on its own"
+    ahead = [a.job for a in all_gone.admit if a.job != job.key]
+    if ahead:
+        names = ", ".join(ahead[:SHOW]) + (" ..." if len(ahead) > SHOW else "")
+        return f"{lead}: jobs ahead of it would take the freed room first ({names})"
+    ix = state.ix
+    leaving = sorted(k for k in ix.evicting if any(n in eligible for n, _ in ix.job_nodes.get(k, ())))
+    if leaving:
+        names = ", ".join(leaving[:SHOW]) + (" ..." if len(leaving) > SHOW else "")
+        return f"{lead}: gangs being evicted still hold its room ({names}); it fits once they are gone"
+    then = next((p for p in all_gone.pending if p.job == job.key), None)
+    return f"{lead}: even then it would wait: {then.reason}" if then is not None else lead
 
 
 # ---- preemption ------------------------------------------------------------------------------------
@@ -391,8 +420,16 @@ def _why_no_victims(state: State, book: QuotaBook, job: Job, q: Queue, gpus: int
 
 def _why_no_reclaim(state: State, book: QuotaBook, job: Job, q: Queue) -> str:
     assert q.cohort is not None
-    borrowers = [p for p in book.cohorts.get(q.cohort, []) if p.name != q.name and book.borrowed(p) > 0]
+    peers = [p for p in book.cohorts.get(q.cohort, []) if p.name != q.name]
+    borrowers = [p for p in peers if book.borrowed(p) > 0]
     if not borrowers:
+        leaving = state.ix.evicting_usage
+        back = [f"{p.name} ({leaving[p.name]} GPUs)" for p in peers if leaving.get(p.name)]
+        if back:
+            return (
+                f"reclaim: no peer in cohort {q.cohort} borrows beyond its gangs being evicted: "
+                f"{', '.join(back)} return their GPUs"
+            )
         return f"reclaim: no peer in cohort {q.cohort} runs on borrowed quota"
     names = ", ".join(f"{p.name} (+{book.borrowed(p)})" for p in borrowers)
     prios = [j.priority for j in _running_of(state, [p.name for p in borrowers])]
@@ -413,22 +450,24 @@ def _why_no_reclaim(state: State, book: QuotaBook, job: Job, q: Queue) -> str:
 def _running(state: State, entry: JobEntry) -> Explanation:
     s = entry.status
     key = entry.key
-    nodes = [p.node for p in s.placement]
+    workers = Counter(p.node for p in sorted(s.placement, key=lambda p: p.rank))  # node -> its ranks
+    nodes = list(workers)
     ex = Explanation(key, str(s.phase), None, s.message or str(s.phase))
     by_domain: dict[str, list[str]] = {}
     job = state.core_job(key)
     ix = state.ix
-    for n in nodes:
+    for n, k in workers.items():
         i = ix.node_idx.get(n)
         dom = ix.tree.names[ix.tree.ancestors[i][-1]] if i is not None else "?"
-        by_domain.setdefault(dom, []).append(n)
+        by_domain.setdefault(dom, []).append(n if k == 1 else f"{n} ({k} workers)")
     placement = [f"{dom}: {', '.join(ns)}" for dom, ns in sorted(by_domain.items())]
     when = []
     if s.admitted_at:
         when.append(f"admitted {s.admitted_at.isoformat()}")
     if s.started_at:
         when.append(f"running since {s.started_at.isoformat()}")
-    ex.add("Placement", [f"attempt {s.attempt} on {len(nodes)} node(s)", *placement, *when], nodes=nodes)
+    head = f"attempt {s.attempt}: {len(s.placement)} worker(s) on {len(nodes)} node(s)"
+    ex.add("Placement", [head, *placement, *when], nodes=nodes)
     if job is not None:
         ex.add("Preemption exposure", _exposure(state, job))
     ck = s.last_checkpoint or entry.checkpoint
@@ -443,6 +482,9 @@ def _running(state: State, entry: JobEntry) -> Explanation:
         history.append(
             f"being stopped: {s.preemption.reason} (evicted by {s.preemption.deadline.isoformat()})"
         )
+        off = next((a for a in state.decisions.abandon if a.victim == key), None)
+        if off is not None and s.preemption.preemptor not in STOPS:
+            history.append(f"the operator calls this preemption off in its next cycle: {off.reason}")
     ex.add("History", history, restarts=s.restarts, preemptions=s.preemptions)
     return ex
 

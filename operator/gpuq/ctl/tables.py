@@ -6,10 +6,13 @@ from typing import Any
 
 from gpuq.api.trainingjob import PLACED_PHASES, Phase
 from gpuq.controller.objects import JobEntry
-from gpuq.core.quota import fair_share, lendable
+from gpuq.core.quota import fair_share, lendable, lent_out
 from gpuq.ctl.state import State
 
 WAITING = (Phase.QUEUED, Phase.PREEMPTED, Phase.RECOVERING, None)
+# `gpuq jobs --status`: every phase, and `pending` for all the waiting ones.
+PENDING_PHASES = (Phase.QUEUED, Phase.PREEMPTED, Phase.RECOVERING, Phase.SUSPENDED)
+STATUSES = ("pending", *(p.value.lower() for p in Phase))
 
 
 def queue_rows(state: State) -> list[dict[str, Any]]:
@@ -26,6 +29,7 @@ def queue_rows(state: State) -> list[dict[str, Any]]:
             admitted[job.spec.queue] = admitted.get(job.spec.queue, 0) + 1
         elif job.status.phase in WAITING:
             pending[job.spec.queue] = pending.get(job.spec.queue, 0) + 1
+    lent = lent_out(core.values(), ix.usage)
     rows = []
     for name, entry in state.cache.queues.items():
         spec = entry.spec
@@ -38,7 +42,8 @@ def queue_rows(state: State) -> list[dict[str, Any]]:
                 "nominal": q.nominal_gpus if q else None,
                 "used": used,
                 "borrowed": max(0, used - q.nominal_gpus) if q else 0,
-                "lent": lendable(q, used) if q and q.cohort else 0,
+                "lent": lent.get(name, 0),
+                "lendable": lendable(q, used) if q and q.cohort else 0,
                 "borrowingLimit": q.borrowing_limit_gpus if q else None,
                 "weight": q.weight if q else None,
                 "fairShare": round(fair_share(q, used), 3) if q else None,
@@ -117,5 +122,5 @@ def _status_matches(row: dict[str, Any], status: str) -> bool:
     want = status.lower()
     phase = str(row["phase"]).lower()
     if want == "pending":
-        return phase in ("queued", "preempted", "recovering", "suspended")
+        return phase in (p.value.lower() for p in PENDING_PHASES)
     return phase == want

@@ -305,8 +305,11 @@ class Simulation:
                 self._finish(job, t)  # a victim that finishes while it saves just finishes
         elif kind == Event.STOPPED:
             job = self.jobs[key]
-            # A victim whose save failed (its node died) leaves at its grace deadline, not before.
-            waits = not job.save_fits and t < self._stop_deadline(job)
+            # A victim whose save failed (its node died) leaves at its grace deadline, not before;
+            # one whose preemption was called off and decided again waits for its new save.
+            waits = t < job.stop_requested + min(
+                self.options.checkpoint_save_seconds, self.options.checkpoint_grace_seconds
+            ) or (not job.save_fits and t < self._stop_deadline(job))
             if job.epoch == epoch and job.state is State.STOPPING and not waits:
                 self._evict(job, t)
                 self._sync(job)
@@ -374,6 +377,12 @@ class Simulation:
             else:
                 self._evict(job, now)
             self._sync(job)
+        for call_off in decisions.abandon:  # a victim saving its checkpoint keeps running
+            job = self._active_job(call_off.victim, "call off the preemption of")
+            if job.state is State.STOPPING:
+                job.state = State.RUNNING
+                self.recorder.preemptions -= 1
+                self._sync(job)
         for admit in decisions.admit:
             self._bind(self._active_job(admit.job, "admit"), admit.placement, now)
 
@@ -543,7 +552,7 @@ class Simulation:
         while due and due[0][0] <= now:
             t, epoch, key = heapq.heappop(due)
             job = self.jobs[key]
-            if job.state is not State.RUNNING or job.epoch != epoch:
+            if job.state not in (State.RUNNING, State.STOPPING) or job.epoch != epoch:
                 continue  # evicted or finished since: its next attempt has its own schedule
             # The latest checkpoint by now; at least the one due at t (floor() of a float division
             # can land one interval short of it, which would schedule t again: an endless loop).
