@@ -101,16 +101,19 @@ def test_service_is_headless_and_owned() -> None:
 @pytest.mark.parametrize(
     ("template", "fragment"),
     [
-        ({}, "template.spec is missing"),
-        ({"spec": {"containers": []}}, "at least one container"),
-        ({"spec": {"containers": [{"name": "a"}]}}, "needs a name and an image"),
+        ({}, "spec.workers.template.spec: Field required"),
+        ({"spec": {"containers": []}}, "spec.workers.template.spec.containers: List should have at least 1"),
+        (
+            {"spec": {"containers": [{"name": "a"}]}},
+            r"spec.workers.template.spec.containers\[0\].image: Field",
+        ),
         (
             {"spec": {"containers": [{"name": "a", "image": "i"}], "restartPolicy": "Always"}},
-            "Never or OnFailure",
+            "restartPolicy: Input should be 'Never' or 'OnFailure'",
         ),
         (
             {"spec": {"containers": [{"name": "a", "image": "i"}], "nodeName": "n1"}},
-            "nodeName must not be set",
+            "spec.workers.template.spec: nodeName must not be set",
         ),
     ],
 )
