@@ -246,6 +246,11 @@ def crd(kind: Kind) -> dict[str, Any]:
 
 
 HEADER = "# Generated from gpuq.api by `gpuq crds --write crds/`. Do not edit by hand.\n"
+# The one command that installs (or upgrades) the CRDs, wherever gpuq names it (the operator's and
+# the CLI's errors, `gpuq doctor`, the docs; tests/api/test_install_command.py holds them to it).
+# `-k`: crds/ holds a kustomization.yaml (manifests/ includes the directory), which `kubectl apply -f`
+# would try to apply as an object and fail on.
+INSTALL_COMMAND = "kubectl apply -k crds/"
 
 
 class _NoAliasDumper(yaml.SafeDumper):

@@ -31,6 +31,10 @@ LABEL_ATTEMPT = "gpuq.dev/attempt"
 # Which admission created a worker pod (operator identity / admission id): after a lost answer or a
 # change of leader, an admission rolls back only the pods it created itself.
 ANNOTATION_CREATED_BY = "gpuq.dev/created-by"
+# On the leader-election Lease: the API user (and its groups, comma-separated) the leader runs as,
+# as the API server authenticated it, so `gpuq doctor` checks the permissions of that very identity.
+ANNOTATION_LEADER_USER = "gpuq.dev/leader-user"
+ANNOTATION_LEADER_GROUPS = "gpuq.dev/leader-groups"
 # Annotations: a checkpoint report ({"step", "path", "time"}) on a job or its pods, and the
 # operator's request for one (RFC 3339 time of the request) on the pods of a preemption victim.
 # (defined in gpuq.sdk.protocol, standard library only, so worker images need no operator dependencies)
