@@ -352,27 +352,42 @@ def test_invalid_objects_are_rejected_or_explained(
     cluster: E2ECluster, gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
 ) -> None:
     q = queue(64)
-    # The schema and its CEL rules refuse what they can see.
+    # The schema and its CEL rules refuse what they can see, naming the field.
     assert "replicas" in api_rejects(gpuq, ns, gpuq.job_body("zero", q, 0, 8))
     assert "mode Required needs a level" in api_rejects(
         gpuq, ns, gpuq.job_body("nolevel", q, 1, 8, topology={"mode": "Required"})
     )
-    assert "DNS-1035" in api_rejects(gpuq, ns, gpuq.job_body("9lives", q, 1, 8))
+    refusal = api_rejects(gpuq, ns, gpuq.job_body("9lives", q, 1, 8))
+    assert "metadata.name: Invalid value" in refusal and "DNS-1035" in refusal and "<nil>" not in refusal
+    no_template = gpuq.job_body("notemplate", q, 1, 8)
+    del no_template["spec"]["workers"]["template"]
+    assert "spec.workers.template: Required value" in api_rejects(gpuq, ns, no_template)
+    no_containers = gpuq.job_body("nocontainers", q, 1, 8)
+    no_containers["spec"]["workers"]["template"] = {"spec": {"containers": []}}
+    assert "spec.workers.template.spec.containers" in api_rejects(gpuq, ns, no_containers)
+    placed = gpuq.job_body("placed", q, 1, 8)
+    placed["spec"]["workers"]["template"]["spec"]["nodeName"] = cluster.node_names[0]
+    assert "spec.workers.template.spec.nodeName" in api_rejects(gpuq, ns, placed)
     # The operator explains what only it can see, and keeps running.
     locked = queue(64, namespaceSelector={"matchLabels": {"team": "nobody"}})
     gpuq.submit(ns, "orphan", "no-such-queue", 1, 8)
     gpuq.submit(ns, "outsider", locked, 1, 8)
     gpuq.submit(ns, "badlevel", q, 1, 8, topology={"level": "pod", "mode": "Required"})
     gpuq.submit(ns, "huge", q, len(cluster.node_names) + 1, cluster.gpus_per_node)
-    bad_template = gpuq.job_body("notemplate", q, 1, 8)
-    bad_template["spec"]["workers"]["template"] = {"spec": {"containers": []}}
-    gpuq.create_job(ns, bad_template)
+    # Quantities are Kubernetes' to check, but gpuq reads them first: the message names the field.
+    bad_cpu = gpuq.job_body("lots", q, 1, 8)
+    (container,) = bad_cpu["spec"]["workers"]["template"]["spec"]["containers"]
+    container["resources"] = {"requests": {"cpu": "lots"}}
+    gpuq.create_job(ns, bad_cpu)
     expected = {
         "orphan": ("QueueNotFound", "no-such-queue"),
         "outsider": ("NamespaceNotAllowed", "team=nobody"),
         "badlevel": ("UnknownTopologyLevel", "'pod'"),
         "huge": ("ExceedsCapacity", "GPUs"),
-        "notemplate": ("InvalidPodTemplate", "containers"),
+        "lots": (
+            "InvalidPodTemplate",
+            "spec.workers.template.spec.containers[0].resources.requests.cpu: not a Kubernetes quantity",
+        ),
     }
     for job, (reason, fragment) in expected.items():
         cond = wait_for(lambda job=job: gpuq.condition(ns, job, "Blocked"), 30, f"{job} Blocked")
@@ -392,6 +407,56 @@ def test_invalid_objects_are_rejected_or_explained(
     with pytest.raises(ApiException) as err:
         gpuq.patch_job(ns, "orphan", {"spec": {"workers": {"replicas": 3}}})
     assert err.value.status == 422 and "immutable" in str(err.value.body)
+    assert operator.alive
+
+
+def queue_rejects(gpuq: GpuqClient, name: str, **spec: Any) -> str:
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as err:
+        gpuq.create_queue(name, 8, **spec)
+    assert err.value.status == 422
+    return str(err.value.body)
+
+
+def queue_condition(gpuq: GpuqClient, name: str, type_: str) -> dict[str, Any] | None:
+    conditions = (gpuq.queue(name).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == type_), None)
+
+
+def queue_warnings(gpuq: GpuqClient, name: str) -> set[str]:
+    return {e.reason for e in gpuq.events("default", name) if e.type == "Warning"}
+
+
+def test_invalid_queues_are_rejected_or_explained(
+    gpuq: GpuqClient, operator: OperatorProcess, ns: str, queue: Callable[..., str]
+) -> None:
+    # The schema refuses a selector no namespace could match and a model no node could have.
+    body = queue_rejects(gpuq, "badsel", namespaceSelector={"matchLabels": {"bad key!": "x y"}})
+    assert "spec.namespaceSelector.matchLabels" in body and "key 'bad key!' must be a label key" in body
+    assert "x y" in queue_rejects(gpuq, "badval", namespaceSelector={"matchLabels": {"team": "x y"}})
+    body = queue_rejects(gpuq, "badmodel", modelQuotas={"": 4})
+    assert "spec.modelQuotas" in body and "key '' must be a GPU model" in body
+    # A queue that can admit nothing is not Active, and says why.
+    empty = queue(0)
+    cond = wait_for(lambda: queue_condition(gpuq, empty, "Active"), 30, "Active on the empty queue")
+    assert (cond["status"], cond["reason"]) == ("False", "CannotAdmit")
+    assert "nominalGPUs is 0" in cond["message"]
+    wait_for(lambda: "CannotAdmit" in queue_warnings(gpuq, empty), 10, "a Warning Event CannotAdmit")
+    # A quota lowered under running jobs: the queue says it holds more than it may, nothing is evicted.
+    q = queue(16)
+    gpuq.submit(ns, "held", q, 2, 8)
+    phase(gpuq, operator, ns, "held", "Running")
+    assert queue_condition(gpuq, q, "OverQuota") is None
+    gpuq.patch_queue(q, {"nominalGPUs": 8})
+    cond = wait_for(lambda: queue_condition(gpuq, q, "OverQuota"), 30, "OverQuota after lowering the quota")
+    assert cond["status"] == "True" and cond["reason"] == "NominalLowered"
+    assert "holds 16 GPUs, above its nominalGPUs 8" in cond["message"]
+    wait_for(lambda: "NominalLowered" in queue_warnings(gpuq, q), 10, "a Warning Event NominalLowered")
+    assert gpuq.status(ns, "held")["phase"] == "Running"
+    assert queue_condition(gpuq, q, "Active")["status"] == "True"  # type: ignore[index]
+    gpuq.patch_queue(q, {"nominalGPUs": 16})
+    wait_for(lambda: queue_condition(gpuq, q, "OverQuota") is None, 30, "OverQuota gone with the quota back")
     assert operator.alive
 
 

@@ -101,19 +101,41 @@ def test_service_is_headless_and_owned() -> None:
 @pytest.mark.parametrize(
     ("template", "fragment"),
     [
-        ({}, "template.spec is missing"),
-        ({"spec": {"containers": []}}, "at least one container"),
-        ({"spec": {"containers": [{"name": "a"}]}}, "needs a name and an image"),
+        ({}, "spec.workers.template.spec: Field required"),
+        ({"spec": {"containers": []}}, "spec.workers.template.spec.containers: List should have at least 1"),
+        (
+            {"spec": {"containers": [{"name": "a"}]}},
+            r"spec.workers.template.spec.containers\[0\].image: Field",
+        ),
         (
             {"spec": {"containers": [{"name": "a", "image": "i"}], "restartPolicy": "Always"}},
-            "Never or OnFailure",
+            "restartPolicy: Input should be 'Never' or 'OnFailure'",
         ),
         (
             {"spec": {"containers": [{"name": "a", "image": "i"}], "nodeName": "n1"}},
-            "nodeName must not be set",
+            "spec.workers.template.spec: nodeName must not be set",
         ),
     ],
 )
 def test_template_errors_are_explained(template: dict[str, object], fragment: str) -> None:
     with pytest.raises(TemplateError, match=fragment):
         check_template(template)
+
+
+def test_the_documented_torchrun_line_uses_the_per_pod_variables_gpuq_sets() -> None:
+    """docs/api.md: WORLD_SIZE and RANK count pods (as Kubeflow's PyTorchJob sets them), and the
+    torchrun line there turns them into per-process values; every variable it reads is set."""
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    (block,) = [b for b in re.findall(r"```bash\n(.*?)```", docs, re.S) if "torchrun" in b]
+    pod = worker_pod("ns1", "llm", "uid-1", spec(), rank=2, attempt=1)
+    env = env_of(pod["spec"]["containers"][0])
+    used = set(re.findall(r"\$\{?([A-Z_]+)", block))
+    assert used and used <= env.keys(), used - env.keys()
+    assert '--nnodes="$WORLD_SIZE"' in block and '--node_rank="$RANK"' in block
+    assert '--nproc_per_node="$GPUQ_GPUS_PER_WORKER"' in block
+    # Per pod: the gang has 4 workers of 8 GPUs; WORLD_SIZE counts the workers, RANK is this one's.
+    assert (env["WORLD_SIZE"], env["RANK"], env["GPUQ_GPUS_PER_WORKER"]) == ("4", "2", "8")
+    assert "pods (workers), not processes" in docs

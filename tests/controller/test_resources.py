@@ -55,3 +55,36 @@ def test_pod_requests_sum_containers_and_take_the_init_peak() -> None:
     assert r.gpus == 4
     assert r.cpu_millis == 8000 + 100  # init container (8) exceeds containers+sidecar (3)
     assert r.memory_bytes == 2 * 2**30  # containers + sidecar
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        (
+            {"containers": [{"name": "a", "resources": {"requests": {"cpu": "lots"}}}]},
+            "containers[0].resources.requests.cpu",
+        ),
+        (
+            {
+                "containers": [
+                    {"name": "a"},
+                    {"name": "b", "resources": {"limits": {"memory": "x"}, "requests": {"memory": "1"}}},
+                ]
+            },
+            "containers[1].resources.limits.memory",  # a bad limit is bad even where a request wins
+        ),
+        (
+            {"containers": [], "initContainers": [{"name": "i", "resources": {"requests": {"cpu": [1]}}}]},
+            "initContainers[0].resources.requests.cpu",
+        ),
+        ({"containers": [], "overhead": {"cpu": True}}, "overhead.cpu"),
+    ],
+)
+def test_a_bad_quantity_names_its_field(spec: dict[str, object], path: str) -> None:
+    with pytest.raises(
+        QuantityError,
+        match=r"^spec\.workers\.template\.spec\."
+        + path.replace("[", r"\[").replace("]", r"\]")
+        + ": not a Kubernetes quantity",
+    ):
+        pod_requests(spec, "spec.workers.template.spec")

@@ -162,6 +162,8 @@ def test_assumed_admission_counts_before_the_api_says_so() -> None:
 def test_jobs_kept_out_say_why() -> None:
     restricted = queue("locked", namespaceSelector={"matchLabels": {"team": "b"}})
     bad_template = job("tmpl", template={"spec": {"containers": []}})
+    lots = {"name": "a", "image": "i", "resources": {"requests": {"cpu": "lots"}}}
+    bad_cpu = job("cpu", template={"spec": {"containers": [lots]}})
     v = build(
         node("n1"),
         node("n2"),
@@ -172,6 +174,7 @@ def test_jobs_kept_out_say_why() -> None:
         job("wrongns", queue_name="locked"),
         job("lvl", topology={"level": "pod", "mode": "Required"}),
         bad_template,
+        bad_cpu,
         job("huge", replicas=3),  # 24 GPUs > 16 in the cluster
         job("wide", replicas=1, gpus=16),  # no node has 16
         job("fine"),
@@ -180,7 +183,11 @@ def test_jobs_kept_out_say_why() -> None:
     assert ex["orphan"][0] == "QueueNotFound" and "'missing' does not exist" in ex["orphan"][1]
     assert ex["wrongns"][0] == "NamespaceNotAllowed" and "team=b" in ex["wrongns"][1]
     assert ex["lvl"][0] == "UnknownTopologyLevel" and "zone, block, rack, node" in ex["lvl"][1]
-    assert ex["tmpl"][0] == "InvalidPodTemplate"
+    assert ex["tmpl"][0] == "InvalidPodTemplate" and "spec.workers.template.spec.containers:" in ex["tmpl"][1]
+    assert ex["cpu"] == (
+        "InvalidPodTemplate",
+        "spec.workers.template.spec.containers[0].resources.requests.cpu: not a Kubernetes quantity: 'lots'",
+    )
     assert ex["huge"][0] == "ExceedsCapacity" and "24 GPUs" in ex["huge"][1]
     assert ex["wide"][0] == "ExceedsCapacity" and "largest node has 8" in ex["wide"][1]
     assert list(jobs_of(v)) == ["team-a/fine"]

@@ -103,7 +103,7 @@ def test_a_cluster_without_the_crds(tmp_path: Path, crdless: str, args: list[str
     out = gpuq(kubeconfig(tmp_path, crdless), *args)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr == (
-        f"gpuq {args[0]}: the gpuq CRDs are not installed in this cluster: kubectl apply -k manifests/\n"
+        f"gpuq {args[0]}: the gpuq CRDs are not installed in this cluster: kubectl apply -k crds/\n"
     )
 
 

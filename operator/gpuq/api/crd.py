@@ -100,11 +100,48 @@ GPU_QUEUE = Kind(
             "self.metadata.name.matches('^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$') && "
             "size(self.metadata.name) <= 63",
             "queue names are used as label values: at most 63 lowercase alphanumerics, '-', '.'",
+            ".metadata.name",
         ),
     ),
 )
 
 KINDS: tuple[Kind, ...] = (TRAINING_JOB, GPU_QUEUE)
+
+
+def _cel_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _map_keys(node: dict[str, Any]) -> dict[str, Any]:
+    """A map whose keys are constrained (pydantic: propertyNames, and patternProperties for a key
+    pattern) as a structural schema allows it: additionalProperties for the values and a CEL rule
+    over the keys (a structural schema has neither propertyNames nor patternProperties)."""
+    node = dict(node)
+    names = node.pop("propertyNames", {})
+    patterns = node.pop("patternProperties", {})
+    if len(patterns) > 1:
+        raise ValueError(f"cannot express several key patterns {list(patterns)} in a structural schema")
+    checks = []
+    if "minLength" in names:
+        checks.append(f"size(k) >= {names['minLength']}")
+    if "maxLength" in names:
+        checks.append(f"size(k) <= {names['maxLength']}")
+    for pattern, values in patterns.items():
+        checks.append(f"k.matches({_cel_string(pattern)})")
+        node["additionalProperties"] = values
+    if not checks:
+        return node
+    ok = " && ".join(checks)
+    what = names.get("description", "valid")
+    head, tail = _cel_string("key '"), _cel_string("' must be " + what)
+    rule = {
+        "rule": f"self.all(k, {ok})",
+        "message": "every key must be " + what,
+        # Names the first bad key, as the API server names a bad field.
+        "messageExpression": f"{head} + self.filter(k, !({ok}))[0] + {tail}",
+    }
+    node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), rule]
+    return node
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:
@@ -114,6 +151,8 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     if not isinstance(node, dict):
         return node
     node = dict(node)
+    if "propertyNames" in node or "patternProperties" in node:
+        node = _map_keys(node)
     if "$ref" in node:
         target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
         node = {**_inline(target, defs), **{k: v for k, v in node.items()}}
@@ -164,7 +203,8 @@ def _openapi_schema(kind: Kind) -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # name declared so that rules on it can name it (fieldPath), as the API server does
+            "metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
             "spec": structural_schema(kind.spec),
             "status": structural_schema(kind.status),
         },
@@ -206,6 +246,11 @@ def crd(kind: Kind) -> dict[str, Any]:
 
 
 HEADER = "# Generated from gpuq.api by `gpuq crds --write crds/`. Do not edit by hand.\n"
+# The one command that installs (or upgrades) the CRDs, wherever gpuq names it (the operator's and
+# the CLI's errors, `gpuq doctor`, the docs; tests/api/test_install_command.py holds them to it).
+# `-k`: crds/ holds a kustomization.yaml (manifests/ includes the directory), which `kubectl apply -f`
+# would try to apply as an object and fail on.
+INSTALL_COMMAND = "kubectl apply -k crds/"
 
 
 class _NoAliasDumper(yaml.SafeDumper):

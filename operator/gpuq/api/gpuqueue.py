@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import Field
 
-from gpuq.api.meta import NAME_PATTERN, ApiModel, Condition, cel, conditions_field, with_rules
+from gpuq.api.meta import (
+    NAME_PATTERN,
+    ApiModel,
+    Condition,
+    GpuModel,
+    LabelKey,
+    LabelValue,
+    cel,
+    conditions_field,
+    with_rules,
+)
 from gpuq.core.model import (
     PreemptionPolicy,
     Queue,
@@ -38,15 +49,19 @@ class LabelSelectorRequirement(ApiModel):
         )
     )
 
-    key: str = Field(min_length=1, max_length=317, description="Namespace label key.")
+    key: LabelKey = Field(description="Namespace label key.")
     operator: SelectorOperator = Field(description="In, NotIn, Exists or DoesNotExist.")
-    values: list[str] = Field(default_factory=list, max_length=64, description="Values for In/NotIn.")
+    values: list[LabelValue] = Field(
+        default_factory=list, max_length=64, description="Label values for In/NotIn."
+    )
 
 
 class LabelSelector(ApiModel):
     """A standard label selector: all of matchLabels and matchExpressions must hold."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict, description="Labels the namespace must carry.")
+    match_labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=64, description="Labels the namespace must carry."
+    )
     match_expressions: list[LabelSelectorRequirement] = Field(
         default_factory=list, max_length=32, description="Set-based requirements on namespace labels."
     )
@@ -138,10 +153,10 @@ class GPUQueueSpec(ApiModel):
     preemption: PreemptionSpec = Field(
         default_factory=PreemptionSpec, description="Preemption policy.", json_schema_extra={"default": {}}
     )
-    model_quotas: dict[str, int] = Field(
+    model_quotas: dict[GpuModel, Annotated[int, Field(ge=0, le=10_000_000)]] = Field(
         default_factory=dict,
+        max_length=64,
         description="Optional per-GPU-model caps (model -> GPUs) on top of nominalGPUs.",
-        json_schema_extra={"additionalProperties": {"type": "integer", "minimum": 0}},
     )
     stop_policy: StopPolicy = Field(
         default=StopPolicy.NONE,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from gpuq.sdk.protocol import ANNOTATION_CHECKPOINT as ANNOTATION_CHECKPOINT
@@ -31,6 +31,10 @@ LABEL_ATTEMPT = "gpuq.dev/attempt"
 # Which admission created a worker pod (operator identity / admission id): after a lost answer or a
 # change of leader, an admission rolls back only the pods it created itself.
 ANNOTATION_CREATED_BY = "gpuq.dev/created-by"
+# On the leader-election Lease: the API user (and its groups, comma-separated) the leader runs as,
+# as the API server authenticated it, so `gpuq doctor` checks the permissions of that very identity.
+ANNOTATION_LEADER_USER = "gpuq.dev/leader-user"
+ANNOTATION_LEADER_GROUPS = "gpuq.dev/leader-groups"
 # Annotations: a checkpoint report ({"step", "path", "time"}) on a job or its pods, and the
 # operator's request for one (RFC 3339 time of the request) on the pods of a preemption victim.
 # (defined in gpuq.sdk.protocol, standard library only, so worker images need no operator dependencies)
@@ -39,6 +43,42 @@ ANNOTATION_CREATED_BY = "gpuq.dev/created-by"
 DNS_LABEL_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 # Kubernetes label values (e.g. queue names carried in the gpuq.dev/queue label).
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# Label keys and values as Kubernetes validates them (apimachinery's IsQualifiedName and
+# IsValidLabelValue): an optional DNS-subdomain prefix and '/', then a name of at most 63
+# alphanumerics, '-', '_', '.', starting and ending alphanumeric. Written without backslashes so the
+# same text is a valid CEL string and an RE2 / Python pattern.
+_DNS_SUBDOMAIN = "[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_LABEL_NAME = "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY_PATTERN = f"^({_DNS_SUBDOMAIN}/)?{_LABEL_NAME}$"
+LABEL_VALUE_PATTERN = f"^({_LABEL_NAME})?$"
+
+LabelKey = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=317,  # prefix (253) + '/' + name (63)
+        pattern=LABEL_KEY_PATTERN,
+        description="a label key: [prefix/]name, the name at most 63 alphanumerics, '-', '_', '.'",
+    ),
+]
+LabelValue = Annotated[
+    str,
+    Field(
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description="a label value: at most 63 alphanumerics, '-', '_', '.' (or empty)",
+    ),
+]
+# A GPU model is the value of the nodes' GPU model label (nvidia.com/gpu.product by default).
+GpuModel = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description="a GPU model as the nodes' GPU model label shows it, e.g. NVIDIA-H100-80GB-HBM3",
+    ),
+]
 
 
 class ApiModel(BaseModel):
@@ -51,6 +91,26 @@ class ApiModel(BaseModel):
     def wire(self) -> dict[str, Any]:
         """The JSON-ready dict as the API server stores it (camelCase), omitting unset fields."""
         return self.model_dump(by_alias=True, exclude_unset=True, mode="json")
+
+
+def field_path(loc: tuple[int | str, ...], root: str = "") -> str:
+    """A pydantic error location as Kubernetes spells a field path: `spec.containers[0].name`."""
+    path = root
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part == "[key]":  # pydantic's marker for a dict key (the part before it is the key)
+            path += " (key)"
+        else:
+            path += f".{part}" if path else part
+    return path or "<root>"
+
+
+def validation_text(exc: ValidationError, root: str = "") -> str:
+    """Every error of a pydantic validation, each prefixed with the field path it concerns."""
+    return "; ".join(
+        f"{field_path(e['loc'], root)}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()
+    )
 
 
 def with_rules(*rules: dict[str, str]) -> ConfigDict:

@@ -36,13 +36,27 @@ def _constraints(node: dict[str, Any], required: bool) -> str:
         parts.append((">" if node.get("exclusiveMinimum") else ">=") + f" {node['minimum']}")
     if "maximum" in node:
         parts.append(f"<= {node['maximum']}")
-    for key, label in (("minLength", "min length"), ("maxLength", "max length"), ("maxItems", "max items")):
+    for key, label in (
+        ("minLength", "min length"),
+        ("maxLength", "max length"),
+        ("minItems", "min items"),
+        ("maxItems", "max items"),
+        ("maxProperties", "max entries"),
+    ):
         if key in node:
             parts.append(f"{label} {node[key]}")
     if "pattern" in node:
         parts.append(f"pattern `{node['pattern']}`")
     for rule in node.get("x-kubernetes-validations", []):
-        parts.append(f"rule: {rule['message']}")
+        where = f"{rule['fieldPath'].lstrip('.')}: " if "fieldPath" in rule else ""
+        parts.append(f"rule: {where}{rule['message']}")
+    # A map's values and a list's scalar items (object items get rows of their own).
+    for key, label in (("additionalProperties", "values"), ("items", "items")):
+        inner = node.get(key)
+        if isinstance(inner, dict) and "properties" not in inner:
+            inner_text = _constraints(inner, False)
+            if inner_text:
+                parts.append(f"{label}: {inner_text}")
     return "; ".join(parts)
 
 

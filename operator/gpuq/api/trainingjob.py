@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from gpuq.api.meta import (
     DNS_LABEL_PATTERN,
     NAME_PATTERN,
     ApiModel,
     Condition,
+    GpuModel,
     cel,
     conditions_field,
     with_rules,
@@ -38,6 +42,78 @@ PLACED_PHASES = (Phase.ADMITTED, Phase.RUNNING)
 FINISHED_PHASES = (Phase.SUCCEEDED, Phase.FAILED)
 
 
+# The worker template is a PodTemplateSpec: Kubernetes checks it when gpuq creates the pods, but by
+# then the job was accepted and would only wait, Blocked. The shape below is what gpuq itself needs
+# of it; the CRD schema is generated from it (so the API server refuses a job without it) and the
+# operator checks a template against it (for jobs stored before the schema said so). Everything
+# else in the template is kept as written (x-kubernetes-preserve-unknown-fields).
+_PRESERVE: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+def _open(*rules: dict[str, str]) -> ConfigDict:
+    """An object that keeps unknown fields, with `rules` (CEL) on it."""
+    extra = {**_PRESERVE, "x-kubernetes-validations": list(rules)} if rules else _PRESERVE
+    return ConfigDict(**(ApiModel.model_config | {"extra": "allow", "json_schema_extra": extra}))
+
+
+NODE_NAME_SET = "must not be set: gpuq places the workers"
+
+
+class WorkerRestartPolicy(StrEnum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+
+
+class ContainerShape(ApiModel):
+    model_config = _open()
+
+    name: str = Field(min_length=1, max_length=63, description="Container name.")
+    image: str = Field(min_length=1, max_length=4096, description="Container image.")
+
+
+class PodSpecShape(ApiModel):
+    model_config = _open(cel("!has(self.nodeName)", NODE_NAME_SET, ".nodeName"))
+
+    containers: list[ContainerShape] = Field(
+        min_length=1,
+        max_length=64,
+        description="The worker's containers; the first gets the nvidia.com/gpu requests and limits.",
+    )
+    restart_policy: WorkerRestartPolicy | None = Field(
+        default=None, description="Never (the default) or OnFailure; Always is refused."
+    )
+    node_name: str | None = Field(default=None, description=NODE_NAME_SET.capitalize() + ".")
+
+    @model_validator(mode="after")
+    def _unplaced(self) -> PodSpecShape:
+        if self.node_name is not None:
+            raise ValueError(f"nodeName {NODE_NAME_SET}")
+        return self
+
+
+class PodTemplateShape(ApiModel):
+    model_config = _open()
+
+    metadata: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Labels and annotations for the worker pods.",
+        json_schema_extra=_PRESERVE,
+    )
+    spec: PodSpecShape = Field(description="The worker pod's spec.")
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaOf:
+    """Annotation: the field stays a plain value in Python; its JSON schema is `model`'s."""
+
+    model: type[BaseModel]
+
+    def __get_pydantic_json_schema__(
+        self, _schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(self.model.__pydantic_core_schema__)
+
+
 class Workers(ApiModel):
     """The gang: `replicas` identical workers, each needing `gpusPerWorker` GPUs on one node."""
 
@@ -45,15 +121,16 @@ class Workers(ApiModel):
     gpus_per_worker: int = Field(
         ge=1, le=64, description="GPUs (nvidia.com/gpu) each worker needs on its node."
     )
-    template: dict[str, Any] = Field(
-        default_factory=dict,
+    # A dict in Python (pods are rendered from it as written); its schema is PodTemplateShape's, and
+    # gpuq.controller.pods.check_template holds a template to that shape.
+    template: Annotated[dict[str, Any], SchemaOf(PodTemplateShape)] = Field(
         description=(
-            "A PodTemplateSpec for every worker. gpuq sets nvidia.com/gpu requests and limits on the first "
-            "container, schedulerName, the gpuq.dev/* labels and the MASTER_ADDR/WORLD_SIZE/RANK/GPUQ_* env."
+            "A PodTemplateSpec for every worker (required: at least one container with a name and an "
+            "image). gpuq sets nvidia.com/gpu requests and limits on the first container, "
+            "schedulerName, the gpuq.dev/* labels and the MASTER_ADDR/WORLD_SIZE/RANK/GPUQ_* env."
         ),
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
     )
-    gpu_models: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+    gpu_models: list[GpuModel] = Field(
         default_factory=list,
         max_length=16,
         description=(
@@ -280,11 +357,13 @@ ROOT_VALIDATIONS = [
     cel(
         "size(self.metadata.name) <= 52 && self.metadata.name.matches('" + DNS_LABEL_PATTERN + "')",
         "name must be a DNS-1035 label of at most 52 characters (it names the Service and the worker pods)",
+        ".metadata.name",
     ),
     cel(
         "!has(oldSelf.status) || !has(oldSelf.status.phase) || "
         f"!(oldSelf.status.phase in {[p.value for p in PLACED_PHASES]}) || ({_FROZEN_WHILE_PLACED})",
         "spec.queue, spec.workers.replicas, spec.workers.gpusPerWorker and spec.topology are immutable "
         "while the job is admitted or running",
+        ".spec",
     ),
 ]

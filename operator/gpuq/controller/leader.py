@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuq.api import meta
 from gpuq.controller.informer import Informer
 from gpuq.controller.kubeapi import ApiError, KubeApi
 from gpuq.logs import get_logger
@@ -60,6 +61,10 @@ class LeaseConfig:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    # The API user this process runs as and its groups (whoami()); the leader shows them on the
+    # Lease (meta.ANNOTATION_LEADER_USER/GROUPS). Empty: unknown, nothing shown.
+    user: str = ""
+    groups: tuple[str, ...] = ()
 
     def validate(self) -> LeaseConfig:
         if not self.lease_duration > self.renew_deadline > 1.2 * self.retry_period > 0:
@@ -78,6 +83,22 @@ class LeaseRecord:
     transitions: int
     resource_version: str
     renew_time: str | None = None
+
+
+async def whoami(api: KubeApi) -> tuple[str, tuple[str, ...]] | None:
+    """The user name and groups the API server authenticates this process as (a SelfSubjectReview,
+    which every authenticated user may create); None when the server does not say."""
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    try:
+        answer = await api.request(
+            "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", review, fenced=False, retries=1
+        )
+    except ApiError as exc:
+        log.info("cannot tell which API user this operator runs as", error=str(exc))
+        return None
+    info = (answer.get("status") or {}).get("userInfo") or {}
+    user = info.get("username")
+    return (str(user), tuple(str(g) for g in info.get("groups") or ())) if user else None
 
 
 def micro_time(epoch: float) -> str:
@@ -215,6 +236,10 @@ class LeaderElector:
         self, holder: str, duration: float, acquire_time: str | None, transitions: int, rv: str | None
     ) -> dict[str, Any]:
         now = micro_time(self.api.clock.now())
+        shown = {
+            meta.ANNOTATION_LEADER_USER: self.cfg.user,
+            meta.ANNOTATION_LEADER_GROUPS: ",".join(self.cfg.groups),
+        }
         return {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -222,6 +247,8 @@ class LeaderElector:
                 "name": self.cfg.name,
                 "namespace": self.cfg.namespace,
                 **({"resourceVersion": rv} if rv else {}),
+                # A write replaces the object: the holder's identity goes with it (a release drops it).
+                **({"annotations": shown} if holder and self.cfg.user else {}),
             },
             "spec": {
                 "holderIdentity": holder,

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
 from gpuq.api import meta
+from gpuq.api.meta import Condition
 from gpuq.api.trainingjob import PLACED_PHASES, Phase
-from gpuq.controller import intents, lifecycle, record
+from gpuq.controller import intents, lifecycle, queuehealth, record
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.kubeapi import TokenBucket
@@ -33,7 +34,7 @@ from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import Abandon, Admit, Decisions, Preempt, Restart
 from gpuq.core.extender import ExtenderView, extender_view
 from gpuq.core.failover import Disruption, failed_nodes, node_disruptions, remember_disruptions
-from gpuq.core.model import Job, Snapshot
+from gpuq.core.model import Job, Queue, Snapshot
 from gpuq.logs import get_logger
 
 log = get_logger("gpuq.loop")
@@ -70,6 +71,22 @@ def _core_schedule() -> ScheduleFn:
     from gpuq.core.incremental import IncrementalSchedule
 
     return IncrementalSchedule()
+
+
+def _queue_conditions(q: QueueEntry, cores: Mapping[str, Queue], used: int, now: float) -> list[Condition]:
+    """The queue's conditions after a cycle that counted `used` GPUs for it (`cores`: every valid
+    queue as the core saw it)."""
+    core = cores.get(q.name)
+    if q.spec is None or core is None:
+        return st.queue_conditions(q.status.conditions, q.error or "invalid spec", None, None, False, now)
+    return st.queue_conditions(
+        q.status.conditions,
+        None,
+        queuehealth.cannot_admit(core, cores),
+        queuehealth.over_quota(core, used),
+        core.cohort is not None,
+        now,
+    )
 
 
 class SchedulingLoop:
@@ -656,23 +673,20 @@ class SchedulingLoop:
             queue_figures(self.cache.queues, d, admitted),
             pending_jobs(d.pending, view.excluded, self.cache.jobs),
         )
+        cores = {q.name: q for q in view.snapshot.queues}
         for name, q in self.cache.queues.items():
             used, borrowed = d.queue_usage.get(name, 0), d.queue_borrowed.get(name, 0)
-            active = st.queue_active(q.status.conditions, q.error if q.spec is None else None, now)
+            conditions = _queue_conditions(q, cores, used, now)
             patch = st.patch(
                 q.status,
                 used_gpus=used,
                 borrowed_gpus=borrowed,
                 pending_jobs=pending.get(name, 0),
                 admitted_jobs=admitted.get(name, 0),
-                conditions=active,
+                conditions=conditions,
                 recent_preemptions=[st.when(t) for t in self.preemption_log.times(name, now)],
             )
             key = f"gpuqueue/{name}"
             if patch and key not in self.writer.busy:
-                events = (
-                    (st.warning("InvalidSpec", q.error or "invalid spec"),)
-                    if "conditions" in patch and q.spec is None
-                    else ()
-                )
+                events = st.queue_warnings(q.status.conditions, conditions) if "conditions" in patch else ()
                 self.writer.submit(key, partial(self._patch_queue, q, patch, events), minor=True)

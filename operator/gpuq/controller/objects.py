@@ -42,10 +42,6 @@ def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def validation_message(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-
-
 def parse_checkpoint(raw: str | None) -> tuple[CheckpointReport | None, str | None]:
     """The gpuq.dev/checkpoint annotation: JSON {step, path, time}; time is RFC 3339 or epoch seconds."""
     if not raw:
@@ -58,7 +54,7 @@ def parse_checkpoint(raw: str | None) -> tuple[CheckpointReport | None, str | No
     except json.JSONDecodeError as exc:
         return None, f"annotation {meta.ANNOTATION_CHECKPOINT} is not JSON: {exc.msg}"
     except ValidationError as exc:
-        return None, f"annotation {meta.ANNOTATION_CHECKPOINT}: {validation_message(exc)}"
+        return None, f"annotation {meta.ANNOTATION_CHECKPOINT}: {meta.validation_text(exc)}"
 
 
 def newer(a: CheckpointReport | None, b: CheckpointReport | None) -> CheckpointReport | None:
@@ -212,7 +208,7 @@ def parse_queue(body: Mapping[str, Any]) -> QueueEntry:
     try:
         spec, error = GPUQueueSpec.model_validate(body.get("spec") or {}), None
     except ValidationError as exc:
-        spec, error = None, f"invalid spec: {validation_message(exc)}"
+        spec, error = None, f"invalid spec: {meta.validation_text(exc, 'spec')}"
     return QueueEntry(
         name=md["name"],
         spec=spec,
@@ -236,7 +232,7 @@ def parse_job(body: Mapping[str, Any]) -> JobEntry:
     try:
         spec, error = TrainingJobSpec.model_validate(body.get("spec") or {}), None
     except ValidationError as exc:
-        spec, error = None, f"invalid spec: {validation_message(exc)}"
+        spec, error = None, f"invalid spec: {meta.validation_text(exc, 'spec')}"
     checkpoint, checkpoint_error = parse_checkpoint(
         (md.get("annotations") or {}).get(meta.ANNOTATION_CHECKPOINT)
     )

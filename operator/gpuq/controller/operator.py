@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -26,7 +27,7 @@ from typing import Any
 
 import kopf
 
-from gpuq.api import meta
+from gpuq.api import crd, meta
 from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map, load_config
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.extender import ExtenderServer
@@ -40,7 +41,7 @@ from gpuq.controller.kubeapi import (
     load_credentials,
     pod_path,
 )
-from gpuq.controller.leader import LeaderElector, LeaseConfig
+from gpuq.controller.leader import LeaderElector, LeaseConfig, whoami
 from gpuq.controller.loop import ScheduleFn, SchedulingLoop
 from gpuq.controller.metrics import Metrics
 from gpuq.controller.watches import informers
@@ -90,10 +91,17 @@ async def check_crds(api: KubeApi) -> None:
         await api.get(f"/apis/{meta.GROUP}/{meta.VERSION}")
     except ApiError as exc:
         if exc.not_found:
-            raise SystemExit(
-                "gpuq CRDs are not installed: kubectl apply -f crds/ (or -k manifests/)"
-            ) from None
+            raise SystemExit(f"gpuq CRDs are not installed: {crd.INSTALL_COMMAND}") from None
         raise
+
+
+async def with_api_user(api: KubeApi, options: OperatorOptions) -> OperatorOptions:
+    """The options with the API user this process runs as, which the leader shows on its Lease."""
+    who = await whoami(api)
+    if who is None:
+        return options
+    user, groups = who
+    return dataclasses.replace(options, lease=dataclasses.replace(options.lease, user=user, groups=groups))
 
 
 class Term:
@@ -348,6 +356,7 @@ async def operate(
     metrics = Metrics()
     async with KubeApi(creds, policy=options.api, observe=metrics.api_answer) as api:
         await check_crds(api)
+        options = await with_api_user(api, options)
         config = await scheduler_config(api, options)
         if options.metrics_port:
             metrics.serve(options.metrics_port)
@@ -361,6 +370,7 @@ async def operate(
             metrics_port=options.metrics_port,
             leader_election=options.leader_elect,
             identity=runtime.elector.identity if runtime.elector else None,
+            user=options.lease.user or None,
         )
         try:
             await kopf.operator(

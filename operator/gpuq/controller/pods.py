@@ -11,13 +11,15 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpuq.api import meta
-from gpuq.api.trainingjob import CheckpointReport, TrainingJobSpec
+from gpuq.api.trainingjob import CheckpointReport, PodTemplateShape, TrainingJobSpec
 from gpuq.controller.podinfo import add_podinfo_volume, identity_env
 from gpuq.core.model import GPU
 
 MASTER_PORT = 29500
-_RESTART_POLICIES = ("Never", "OnFailure")
+TEMPLATE_PATH = "spec.workers.template"
 
 
 class TemplateError(ValueError):
@@ -49,23 +51,12 @@ def owner_reference(job_name: str, job_uid: str) -> dict[str, Any]:
 
 
 def check_template(template: Mapping[str, Any]) -> None:
-    """What the CRD schema cannot check about the (free-form) PodTemplateSpec."""
-    spec = template.get("spec")
-    if not isinstance(spec, Mapping):
-        raise TemplateError("spec.workers.template.spec is missing")
-    containers = spec.get("containers")
-    if not isinstance(containers, list) or not containers:
-        raise TemplateError("spec.workers.template.spec.containers must list at least one container")
-    for i, c in enumerate(containers):
-        if not isinstance(c, Mapping) or not c.get("name") or not c.get("image"):
-            raise TemplateError(f"spec.workers.template.spec.containers[{i}] needs a name and an image")
-    policy = spec.get("restartPolicy", "Never")
-    if policy not in _RESTART_POLICIES:
-        raise TemplateError(
-            f"spec.workers.template.spec.restartPolicy must be Never or OnFailure, not {policy}"
-        )
-    if spec.get("nodeName"):
-        raise TemplateError("spec.workers.template.spec.nodeName must not be set: gpuq places the workers")
+    """The template against the shape the CRD schema gives it (gpuq.api.trainingjob.PodTemplateShape):
+    a job stored before the schema said so, or under an older CRD, is caught here."""
+    try:
+        PodTemplateShape.model_validate(template)
+    except ValidationError as exc:
+        raise TemplateError(meta.validation_text(exc, TEMPLATE_PATH)) from None
 
 
 def worker_env(

@@ -23,8 +23,10 @@ class QuantityError(ValueError):
 
 def parse_quantity(value: str | int | float) -> Decimal:
     """Parse a Kubernetes quantity ("500m", "2", "16Gi", "1e3") into a Decimal of base units."""
-    if isinstance(value, int | float):
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return Decimal(str(value))
+    if not isinstance(value, str):
+        raise QuantityError(f"not a Kubernetes quantity: {value!r}")
     match = _QUANTITY.match(value.strip())
     if not match:
         raise QuantityError(f"not a Kubernetes quantity: {value!r}")
@@ -36,14 +38,25 @@ def parse_quantity(value: str | int | float) -> Decimal:
     return base * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
 
 
-def resources_from_list(values: Mapping[str, Any] | None) -> Resources:
-    """A ResourceList (requests, allocatable): CPU in millicores, others rounded up to whole units."""
-    if not values:
-        return Resources()
+def _quantities(values: Mapping[str, Any] | None, where: str) -> dict[str, Decimal]:
+    """Each quantity of a ResourceList; a bad one is a QuantityError naming its field (`where`.name)
+    when `where` is given."""
+    out: dict[str, Decimal] = {}
+    for name, raw in (values or {}).items():
+        try:
+            out[name] = parse_quantity(raw)
+        except QuantityError as exc:
+            if not where:
+                raise
+            raise QuantityError(f"{where}.{name}: {exc}") from None
+    return out
+
+
+def _resources(quantities: Mapping[str, Decimal]) -> Resources:
+    """CPU in millicores, others rounded up to whole units."""
     gpus = cpu = memory = 0
     extra: dict[str, int] = {}
-    for name, raw in values.items():
-        qty = parse_quantity(raw)
+    for name, qty in quantities.items():
         if name == CPU:
             cpu = math.ceil(qty * 1000)
         elif name == MEMORY:
@@ -53,6 +66,11 @@ def resources_from_list(values: Mapping[str, Any] | None) -> Resources:
         elif name != "pods":
             extra[name] = math.ceil(qty)
     return Resources(gpus, cpu, memory, extra)
+
+
+def resources_from_list(values: Mapping[str, Any] | None, where: str = "") -> Resources:
+    """A ResourceList (requests, allocatable) as Resources; errors name `where`.name if given."""
+    return _resources(_quantities(values, where)) if values else Resources()
 
 
 def add(a: Resources, b: Resources) -> Resources:
@@ -76,20 +94,23 @@ def total(items: Iterable[Resources]) -> Resources:
     return out
 
 
-def _requests(container: Mapping[str, Any]) -> Resources:
+def _requests(container: Mapping[str, Any], where: str) -> Resources:
     res = container.get("resources") or {}
+    limits = _quantities(res.get("limits"), f"{where}.resources.limits")
     # Kubernetes defaults requests to limits when only limits are given.
-    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-    return resources_from_list(merged)
+    return _resources({**limits, **_quantities(res.get("requests"), f"{where}.resources.requests")})
 
 
-def pod_requests(pod_spec: Mapping[str, Any]) -> Resources:
+def pod_requests(pod_spec: Mapping[str, Any], where: str = "spec") -> Resources:
     """Effective requests of a pod, as kube-scheduler computes them: the sum of its containers (and
-    restartable sidecar init containers), at least the largest init container, plus overhead."""
-    sidecars = [c for c in pod_spec.get("initContainers") or [] if c.get("restartPolicy") == "Always"]
-    regular = total(_requests(c) for c in [*(pod_spec.get("containers") or []), *sidecars])
+    restartable sidecar init containers), at least the largest init container, plus overhead.
+    `where` is the pod spec's field path, for errors (e.g. spec.workers.template.spec)."""
+    inits = list(enumerate(pod_spec.get("initContainers") or []))
+    containers = [(f"{where}.containers[{i}]", c) for i, c in enumerate(pod_spec.get("containers") or [])]
+    sidecars = [(f"{where}.initContainers[{i}]", c) for i, c in inits if c.get("restartPolicy") == "Always"]
+    regular = total(_requests(c, path) for path, c in [*containers, *sidecars])
     init_peak = Resources()
-    for c in pod_spec.get("initContainers") or []:
+    for i, c in inits:
         if c.get("restartPolicy") != "Always":
-            init_peak = _max(init_peak, _requests(c))
-    return add(_max(regular, init_peak), resources_from_list(pod_spec.get("overhead")))
+            init_peak = _max(init_peak, _requests(c, f"{where}.initContainers[{i}]"))
+    return add(_max(regular, init_peak), resources_from_list(pod_spec.get("overhead"), f"{where}.overhead"))

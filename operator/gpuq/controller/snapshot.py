@@ -246,7 +246,7 @@ def constraints(spec: TrainingJobSpec) -> Constraints:
 def worker_spec(job: JobEntry, spec: TrainingJobSpec) -> WorkerSpec:
     """Per-worker requests exactly as the rendered pod will carry them."""
     pod = worker_pod(job.namespace, job.name, job.uid, spec, rank=0, attempt=0)
-    req = pod_requests(pod["spec"])
+    req = pod_requests(pod["spec"], "spec.workers.template.spec")
     return WorkerSpec(
         replicas=spec.workers.replicas,
         gpus_per_worker=spec.workers.gpus_per_worker,

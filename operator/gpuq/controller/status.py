@@ -7,8 +7,11 @@ Conditions (documented in docs/api.md):
                        ExceedsCapacity, Suspended).
   PreemptionRequested  True while a preemption waits for the victim's checkpoint.
   CheckpointReportInvalid  True when the gpuq.dev/checkpoint annotation cannot be read.
-GPUQueue conditions:
-  Active               True (Ready) when the queue can admit jobs; False (InvalidSpec) with the reason.
+GPUQueue conditions (gpuq.controller.queuehealth says why):
+  Active               True (Ready) when the queue can admit jobs; False with the reason: InvalidSpec
+                       (the spec fails gpuq's checks) or CannotAdmit (its quota admits no job).
+  OverQuota            True while the queue holds more than its lowered quota allows (reason
+                       NominalLowered or BorrowingLimitLowered); absent otherwise.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ ADMITTED = "Admitted"
 BLOCKED = "Blocked"
 PREEMPTION_REQUESTED = "PreemptionRequested"
 CHECKPOINT_INVALID = "CheckpointReportInvalid"
-ACTIVE = "Active"  # GPUQueue: True when its spec is usable, False (InvalidSpec) with the reason otherwise
+ACTIVE = "Active"  # GPUQueue: True when it can admit jobs, False (InvalidSpec, CannotAdmit) otherwise
+OVER_QUOTA = "OverQuota"  # GPUQueue: True while it holds more than its (lowered) quota allows
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +83,44 @@ def with_condition(
     return out
 
 
-def queue_active(conditions: Sequence[Condition], error: str | None, now: float) -> list[Condition]:
+def queue_conditions(
+    conditions: Sequence[Condition],
+    error: str | None,
+    cannot_admit: str | None,
+    over_quota: str | None,
+    cohort: bool,
+    now: float,
+) -> list[Condition]:
+    """A GPUQueue's conditions: `error` (its spec failed gpuq's checks), `cannot_admit` and
+    `over_quota` (gpuq.controller.queuehealth) say what is wrong, None when nothing is."""
     if error is not None:
-        return with_condition(conditions, ACTIVE, False, "InvalidSpec", error, now)
-    return with_condition(conditions, ACTIVE, True, "Ready", "the queue admits jobs", now)
+        out = with_condition(conditions, ACTIVE, False, "InvalidSpec", error, now)
+    elif cannot_admit is not None:
+        out = with_condition(conditions, ACTIVE, False, "CannotAdmit", cannot_admit, now)
+    else:
+        out = with_condition(conditions, ACTIVE, True, "Ready", "the queue admits jobs", now)
+    if over_quota is None:
+        return without_condition(out, OVER_QUOTA)
+    reason = "BorrowingLimitLowered" if cohort else "NominalLowered"
+    return with_condition(out, OVER_QUOTA, True, reason, over_quota, now)
+
+
+# Queue conditions that are a problem in this state, and whether a new message alone is news (not
+# for OverQuota, whose message carries the live usage); a Warning Event reports each as it appears.
+_QUEUE_PROBLEMS = {ACTIVE: (ConditionStatus.FALSE, True), OVER_QUOTA: (ConditionStatus.TRUE, False)}
+
+
+def queue_warnings(old: Sequence[Condition], new: Sequence[Condition]) -> tuple[Event, ...]:
+    """Warning Events for the queue problems `new` has and `old` had not (or not so)."""
+    events = []
+    for type_, (bad, by_message) in _QUEUE_PROBLEMS.items():
+        cond, before = condition(new, type_), condition(old, type_)
+        if cond is None or cond.status != bad:
+            continue
+        key = (cond.status, cond.reason, cond.message if by_message else "")
+        if before is None or (before.status, before.reason, before.message if by_message else "") != key:
+            events.append(warning(cond.reason, cond.message))
+    return tuple(events)
 
 
 def without_condition(conditions: Sequence[Condition], type_: str) -> list[Condition]:

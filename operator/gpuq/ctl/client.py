@@ -9,7 +9,7 @@ import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from gpuq.api import meta
+from gpuq.api import crd, meta
 from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map
 from gpuq.core.config import SchedulerConfig
 
@@ -69,7 +69,7 @@ class Client:
     def _api_error(self, exc: k8s.ApiException, path: str) -> CtlError:
         group = f"/apis/{meta.GROUP}/{meta.VERSION}"
         if exc.status == 404 and path.startswith(group) and (path == group or not self._crds_installed()):
-            return CtlError("the gpuq CRDs are not installed in this cluster: kubectl apply -k manifests/", 2)
+            return CtlError(f"the gpuq CRDs are not installed in this cluster: {crd.INSTALL_COMMAND}", 2)
         try:
             message = json.loads(exc.body or "{}").get("message") or exc.reason
         except ValueError:

@@ -11,9 +11,31 @@ from typing import Any
 
 from gpuq.devcluster.cluster import AlreadyRunning, Cluster
 from gpuq.devcluster.errors import DevClusterError
-from gpuq.devcluster.shape import DEFAULT_GPU_PRODUCT, Shape
+from gpuq.devcluster.shape import Shape
 
 DEFAULT_NAME = "gpuq"
+DEFAULT_EXTENDER_URL = "http://127.0.0.1:8888"  # the operator's default extenderBindAddress/Port
+_D = Shape()  # the defaults of `up`'s shape flags (--blocks: min(2, racks))
+
+
+def up_command(name: str, shape: Shape, extender_url: str | None = None) -> str:
+    """The `gpuq cluster up` of a running cluster (its name and shape: anything else is refused),
+    with --scheduler-extender when given: what turns the extender on for it."""
+    flags = [
+        ("--name", name, DEFAULT_NAME),
+        ("--racks", shape.racks, _D.racks),
+        ("--nodes-per-rack", shape.nodes_per_rack, _D.nodes_per_rack),
+        ("--gpus-per-node", shape.gpus_per_node, _D.gpus_per_node),
+        ("--blocks", shape.blocks, min(2, shape.racks)),
+        ("--zones", shape.zones, _D.zones),
+        ("--gpu-product", shape.gpu_product, _D.gpu_product),
+    ]
+    parts = ["gpuq cluster up", *(f"{flag} {value}" for flag, value, default in flags if value != default)]
+    if extender_url is not None:
+        parts.append("--scheduler-extender")
+        if extender_url != DEFAULT_EXTENDER_URL:
+            parts.append(extender_url)
+    return " ".join(parts)
 
 
 def _err(msg: object) -> None:
@@ -72,6 +94,10 @@ def cmd_up(args: argparse.Namespace) -> int:
                 "or pick another --name"
             ) from None
         _note(f"cluster {args.name!r} is already running with this shape")
+        wanted = args.scheduler_extender
+        if wanted is not None and cluster.scheduler_extender_url != wanted:
+            cluster.use_scheduler_extender(wanted)
+            _note(f"kube-scheduler restarted: it now calls gpuq's extender at {wanted}")
     else:
         _note(f"cluster {args.name!r} ready in {cluster.timings['nodes_ready']:.1f}s at {cluster.server}")
     print(f"export KUBECONFIG={cluster.kubeconfig}")
@@ -151,14 +177,26 @@ def register(subparsers: Any) -> None:
     up = add(
         "up", cmd_up, "start a cluster; returns when every node is Ready and prints `export KUBECONFIG=...`"
     )
-    up.add_argument("--racks", type=int, default=4, help="number of racks (default 4)")
-    up.add_argument("--nodes-per-rack", type=int, default=8, help="nodes in each rack (default 8)")
-    up.add_argument("--gpus-per-node", type=int, default=8, help="nvidia.com/gpu per node (default 8)")
+    up.add_argument("--racks", type=int, default=_D.racks, help=f"number of racks (default {_D.racks})")
+    up.add_argument(
+        "--nodes-per-rack",
+        type=int,
+        default=_D.nodes_per_rack,
+        help=f"nodes in each rack (default {_D.nodes_per_rack})",
+    )
+    up.add_argument(
+        "--gpus-per-node",
+        type=int,
+        default=_D.gpus_per_node,
+        help=f"nvidia.com/gpu per node (default {_D.gpus_per_node})",
+    )
     up.add_argument(
         "--blocks", type=int, default=None, help="blocks the racks are split into (default min(2, racks))"
     )
-    up.add_argument("--zones", type=int, default=1, help="zones the blocks are split into (default 1)")
-    up.add_argument("--gpu-product", default=DEFAULT_GPU_PRODUCT, help="nvidia.com/gpu.product label value")
+    up.add_argument(
+        "--zones", type=int, default=_D.zones, help=f"zones the blocks are split into (default {_D.zones})"
+    )
+    up.add_argument("--gpu-product", default=_D.gpu_product, help="nvidia.com/gpu.product label value")
     up.add_argument(
         "--apiserver-port", type=int, default=None, help="fixed API server port (default: a free one)"
     )
@@ -168,9 +206,10 @@ def register(subparsers: Any) -> None:
     up.add_argument(
         "--scheduler-extender",
         nargs="?",
-        const="http://127.0.0.1:8888",
+        const=DEFAULT_EXTENDER_URL,
         metavar="URL",
-        help="kube-scheduler calls gpuq's extender (default URL http://127.0.0.1:8888; docs/extender.md)",
+        help=f"kube-scheduler calls gpuq's extender (default URL {DEFAULT_EXTENDER_URL}; on a running "
+        "cluster: restarts its kube-scheduler so; docs/extender.md)",
     )
 
     down = add("down", cmd_down, "stop a cluster and delete its state")

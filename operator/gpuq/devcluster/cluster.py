@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gpuq.devcluster import components as comp
 from gpuq.devcluster import fakenodes
 from gpuq.devcluster.binaries import ensure_binaries
@@ -513,6 +515,13 @@ class Cluster:
     @property
     def scheduler_config_path(self) -> Path:
         return self.paths.config / "kube-scheduler.yaml"
+
+    @property
+    def scheduler_extender_url(self) -> str | None:
+        """Where kube-scheduler calls gpuq's extender (None: it does not)."""
+        config = yaml.safe_load(self.scheduler_config_path.read_text()) or {}
+        urls = [e.get("urlPrefix") for e in config.get("extenders") or []]
+        return urls[0] if urls else None
 
     def pause_component(self, component: str) -> None:
         """SIGSTOP: the process freezes mid-flight (connections stay open, nothing answers)."""

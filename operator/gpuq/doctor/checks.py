@@ -23,11 +23,14 @@ from kubernetes import client as k8s
 from gpuq.api import crd, meta
 from gpuq.api.gpuqueue import GPUQueueSpec
 from gpuq.config import CONFIG_MAP_KEY, CONFIG_MAP_NAME, ConfigError, config_from_config_map
+from gpuq.controller.queuehealth import cannot_admit
 from gpuq.core.config import SchedulerConfig
+from gpuq.devcluster.cli import up_command
 from gpuq.schedconfig import GPU_RESOURCE
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-OPERATOR_SA = "system:serviceaccount:gpuq-system:gpuq-operator"
+OPERATOR_SA = "system:serviceaccount:gpuq-system:gpuq-operator"  # the Deployment's (manifests/)
+OPERATOR_SA_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:gpuq-system", "system:authenticated")
 # What the operator does with the API (manifests/rbac.yaml): (group, resource, verb, namespace, name).
 Access = tuple[str, str, str, str | None, str | None]
 OPERATOR_ACCESS: tuple[Access, ...] = (
@@ -62,9 +65,10 @@ class Context:
     api: Any  # kubernetes.client.ApiClient
     namespace: str = "gpuq-system"
     lease: str = "gpuq-operator"
-    extender_url: str = "http://127.0.0.1:8888"
+    extender_url: str | None = None  # None: where the config (extenderBindAddress/Port) says
     metrics_url: str | None = None
     scheduler_config: Path | None = None  # a kube-scheduler config file to read (a dev cluster's)
+    dev_cluster: Any = None  # the gpuq.devcluster.Cluster checked, if it is one
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     core: Any = None
     custom: Any = None
@@ -72,6 +76,25 @@ class Context:
     def __post_init__(self) -> None:
         self.core = k8s.CoreV1Api(self.api)
         self.custom = k8s.CustomObjectsApi(self.api)
+
+    @property
+    def extender(self) -> str:
+        """The extender's URL: --extender-url, else the address the config has it listen on."""
+        if self.extender_url:
+            return self.extender_url
+        host = self.config.extender_bind_address
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        return f"http://{host}:{self.config.extender_port}"
+
+    def lease_object(self) -> Any:
+        """The leader-election Lease, None when there is none."""
+        coord: Any = k8s.CoordinationV1Api(self.api)
+        try:
+            return coord.read_namespaced_lease(self.lease, self.namespace)
+        except k8s.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
 
 
 def check_api(ctx: Context) -> Result:
@@ -114,7 +137,7 @@ def check_crds(ctx: Context) -> Result:
             live = ctx.api.sanitize_for_serialization(ext.read_custom_resource_definition(kind.crd_name))
         except k8s.ApiException as exc:
             if exc.status == 404:
-                return Result("crds", FAIL, f"CRD {kind.crd_name} is not installed", "kubectl apply -f crds/")
+                return Result("crds", FAIL, f"CRD {kind.crd_name} is not installed", crd.INSTALL_COMMAND)
             raise
         ours = json.loads(json.dumps(crd.crd(kind)))
         if _comparable(live) != _comparable(ours):
@@ -124,7 +147,7 @@ def check_crds(ctx: Context) -> Result:
             "crds",
             FAIL,
             f"{', '.join(stale)} differ from this build of gpuq",
-            "kubectl apply -f crds/ (this build's)",
+            f"{crd.INSTALL_COMMAND} (from this build's checkout)",
         )
     return Result("crds", PASS, "TrainingJob and GPUQueue CRDs installed and current")
 
@@ -157,25 +180,19 @@ def _age(stamp: Any) -> float | None:
 
 
 def check_operator(ctx: Context) -> Result:
-    coord: Any = k8s.CoordinationV1Api(ctx.api)
     fix = (
         "kubectl -n gpuq-system get pods,lease; start it: kubectl apply -k manifests/ (or gpuq operator run)"
     )
-    try:
-        lease = coord.read_namespaced_lease(ctx.lease, ctx.namespace)
-    except k8s.ApiException as exc:
-        if exc.status == 404:
-            return Result(
-                "operator", FAIL, f"no Lease {ctx.namespace}/{ctx.lease}: no operator ever led", fix
-            )
-        raise
+    lease = ctx.lease_object()
+    if lease is None:
+        return Result("operator", FAIL, f"no Lease {ctx.namespace}/{ctx.lease}: no operator ever led", fix)
     holder, spec = lease.spec.holder_identity, lease.spec
     age = _age(spec.renew_time)
     if not holder:
         return Result("operator", FAIL, "the leader released the Lease and nobody took it", fix)
     if age is None or age > (spec.lease_duration_seconds or 15) + 5:
         return Result("operator", FAIL, f"leader {holder} last renewed {age or 0:.0f}s ago: it is gone", fix)
-    detail = f"leader {holder}, renewed {age:.1f}s ago"
+    detail = f"leader {holder}, renewed {max(age, 0.0):.1f}s ago"  # clocks differ by a little
     metrics = _metrics(ctx, holder)
     if metrics is None:
         return Result("operator", PASS, detail + "; metrics not checked (pass --metrics-url)")
@@ -220,17 +237,18 @@ def check_extender(ctx: Context) -> Result:
     names = [n.metadata.name for n in _gpu_nodes(ctx)[:8]]
     pod = {"metadata": {"name": "gpuq-doctor-probe", "namespace": "default"},
            "spec": {"containers": [{"name": "c", "resources": {"limits": {GPU_RESOURCE: "1"}}}]}}  # fmt: skip
-    fix = f"is the operator leading and listening at {ctx.extender_url}? (extenderBindAddress/extenderPort)"
+    url = ctx.extender
+    fix = f"is the operator leading and listening at {url}? (extenderBindAddress/extenderPort)"
     t0 = time.perf_counter()
     try:
-        filtered = _post(ctx.extender_url + "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
-        scores = _post(ctx.extender_url + "/prioritize", {"Pod": pod, "Nodes": None, "NodeNames": names})
+        filtered = _post(url + "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
+        scores = _post(url + "/prioritize", {"Pod": pod, "Nodes": None, "NodeNames": names})
     except (OSError, urllib.error.URLError, ValueError) as exc:
-        return Result("extender", FAIL, f"{ctx.extender_url} does not answer: {exc}", fix)
+        return Result("extender", FAIL, f"{url} does not answer: {exc}", fix)
     ms = (time.perf_counter() - t0) * 1000
     if not isinstance(filtered, dict) or "NodeNames" not in filtered or not isinstance(scores, list):
-        return Result("extender", FAIL, f"{ctx.extender_url} answers, but not as an extender", fix)
-    return Result("extender", PASS, f"{ctx.extender_url} answered filter and prioritize in {ms:.0f} ms")
+        return Result("extender", FAIL, f"{url} answers, but not as an extender", fix)
+    return Result("extender", PASS, f"{url} answered filter and prioritize in {ms:.0f} ms")
 
 
 def _scheduler_configs(ctx: Context) -> list[dict[str, Any]]:
@@ -257,44 +275,68 @@ def check_scheduler(ctx: Context) -> Result:
     configs = _scheduler_configs(ctx)
     if not configs:
         return Result("kube-scheduler", SKIP, "its configuration is not visible from here")
+    url = ctx.extender
     for doc in configs:
         for e in doc.get("extenders") or []:
-            if e.get("urlPrefix", "").rstrip("/") == ctx.extender_url.rstrip("/"):
-                return _extender_entry(ctx, e)
-    return Result(
-        "kube-scheduler",
-        FAIL,
-        f"its configuration does not call {ctx.extender_url}",
-        "gpuq extender config > kube-scheduler.yaml; start kube-scheduler with --config",
-    )
+            if e.get("urlPrefix", "").rstrip("/") == url.rstrip("/"):
+                return _extender_entry(url, e)
+    return Result("kube-scheduler", FAIL, f"its configuration does not call {url}", _scheduler_fix(ctx))
 
 
-def _extender_entry(ctx: Context, e: dict[str, Any]) -> Result:
+def _scheduler_fix(ctx: Context) -> str:
+    if ctx.dev_cluster is None:
+        return "gpuq extender config > kube-scheduler.yaml; start kube-scheduler with --config"
+    # A dev cluster's kube-scheduler is gpuq's to configure: `up` on the running cluster restarts it.
+    command = up_command(ctx.dev_cluster.name, ctx.dev_cluster.shape, ctx.extender)
+    return f"{command} (restarts this dev cluster's kube-scheduler)"
+
+
+def _extender_entry(url: str, e: dict[str, Any]) -> Result:
     managed = [m.get("name") for m in e.get("managedResources") or []]
     if GPU_RESOURCE not in managed:
         fix = f"add managedResources {GPU_RESOURCE} (gpuq extender config)"
-        return Result("kube-scheduler", WARN, f"calls {ctx.extender_url} but not only for GPU pods", fix)
+        return Result("kube-scheduler", WARN, f"calls {url} but not only for GPU pods", fix)
     if not e.get("ignorable"):
         fix = "set ignorable: true (gpuq extender config)"
         return Result(
             "kube-scheduler", WARN, "the extender is not ignorable: gpuq down stops scheduling", fix
         )
-    return Result("kube-scheduler", PASS, f"configured to call {ctx.extender_url} for {GPU_RESOURCE}")
+    return Result("kube-scheduler", PASS, f"configured to call {url} for {GPU_RESOURCE}")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """Whose permissions the rbac check asks the API server about, and why that identity."""
+
+    user: str
+    groups: tuple[str, ...]
+    why: str
+
+
+def operator_subject(ctx: Context) -> Subject:
+    """The identity the leader runs as, which it shows on its Lease (an operator run from a
+    checkout runs as the kubeconfig's user, in the cluster as its ServiceAccount); else the
+    Deployment's ServiceAccount, saying so."""
+    lease = ctx.lease_object()
+    annotations = (lease.metadata.annotations or {}) if lease is not None else {}
+    user = annotations.get(meta.ANNOTATION_LEADER_USER)
+    if user and lease.spec.holder_identity:
+        groups = tuple(g for g in annotations.get(meta.ANNOTATION_LEADER_GROUPS, "").split(",") if g)
+        return Subject(user, groups, f"the leader {lease.spec.holder_identity} runs as it")
+    why = "the leader does not say whom it runs as" if lease is not None else "no operator leads"
+    return Subject(OPERATOR_SA, OPERATOR_SA_GROUPS, f"the Deployment's ServiceAccount: {why}")
 
 
 def check_rbac(ctx: Context) -> Result:
     authz: Any = k8s.AuthorizationV1Api(ctx.api)
+    subject = operator_subject(ctx)
     denied = []
     for group, resource, verb, ns, name in OPERATOR_ACCESS:
         res, _, sub = resource.partition("/")
         review = k8s.V1SubjectAccessReview(
             spec=k8s.V1SubjectAccessReviewSpec(
-                user=OPERATOR_SA,
-                groups=[
-                    "system:serviceaccounts",
-                    "system:serviceaccounts:gpuq-system",
-                    "system:authenticated",
-                ],
+                user=subject.user,
+                groups=list(subject.groups),
                 resource_attributes=k8s.V1ResourceAttributes(
                     group=group, resource=res, subresource=sub or None, verb=verb, namespace=ns, name=name
                 ),
@@ -302,16 +344,16 @@ def check_rbac(ctx: Context) -> Result:
         )
         if not authz.create_subject_access_review(review).status.allowed:
             denied.append(f"{verb} {resource}" + (f" in {ns}" if ns else ""))
+    who = f"{subject.user} ({subject.why})"
     if denied:
-        return Result(
-            "rbac",
-            FAIL,
-            f"{OPERATOR_SA} may not: {', '.join(denied)}",
-            "kubectl apply -f manifests/rbac.yaml",
-        )
-    return Result(
-        "rbac", PASS, f"{OPERATOR_SA} has every permission it uses ({len(OPERATOR_ACCESS)} checked)"
-    )
+        fix = "kubectl apply -f manifests/rbac.yaml"
+        if subject.user != OPERATOR_SA:
+            fix = (
+                f"bind {subject.user} to ClusterRole gpuq-operator and Role gpuq-operator-config in "
+                "gpuq-system (manifests/rbac.yaml), or run the operator as its ServiceAccount"
+            )
+        return Result("rbac", FAIL, f"{who} may not: {', '.join(denied)}", fix)
+    return Result("rbac", PASS, f"{who} has every permission gpuq uses ({len(OPERATOR_ACCESS)} checked)")
 
 
 def check_nodes(ctx: Context) -> Result:
@@ -368,6 +410,11 @@ def check_queues(ctx: Context) -> Result:
         if s.cohort:
             cohorts[s.cohort] = cohorts.get(s.cohort, 0) + 1
     notes += [f"cohort {c} has one queue: nothing to lend or borrow" for c, n in cohorts.items() if n == 1]
+    cores = {name: s.to_core(name) for name, s in specs.items()}
+    for name, q in cores.items():
+        why = cannot_admit(q, cores)
+        if why:
+            notes.append(f"queue {name}: {why}")
     jobs = ctx.custom.list_cluster_custom_object(meta.GROUP, meta.VERSION, "trainingjobs")["items"]
     dangling = sorted({j.get("spec", {}).get("queue") for j in jobs} - set(specs) - {None})
     if dangling:

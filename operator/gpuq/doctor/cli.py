@@ -22,7 +22,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     doc.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, ~/.kube/config)")
     doc.add_argument("--namespace", default="gpuq-system", help="the operator's namespace")
     doc.add_argument("--lease", default="gpuq-operator", help="the operator's leader-election Lease")
-    doc.add_argument("--extender-url", default="http://127.0.0.1:8888", help="where the extender answers")
+    doc.add_argument(
+        "--extender-url",
+        help="where the extender answers (default: the config's extenderBindAddress:extenderPort)",
+    )
     doc.add_argument(
         "--metrics-url", help="the leader's /metrics (default: through the API server's pod proxy)"
     )
@@ -42,11 +45,18 @@ def _doctor(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gpuq doctor: no usable kubeconfig: {exc}\n")
         return 2
     scheduler_config = args.scheduler_config
-    if scheduler_config is None:
-        dev = Cluster.for_kubeconfig(Path(args.kubeconfig or _kubeconfig()).expanduser())
-        if dev is not None:
-            scheduler_config = dev.paths.config / "kube-scheduler.yaml"
-    ctx = Context(api, args.namespace, args.lease, args.extender_url, args.metrics_url, scheduler_config)
+    dev = Cluster.for_kubeconfig(Path(args.kubeconfig or _kubeconfig()).expanduser())
+    if scheduler_config is None and dev is not None:
+        scheduler_config = dev.scheduler_config_path
+    ctx = Context(
+        api,
+        args.namespace,
+        args.lease,
+        args.extender_url,
+        args.metrics_url,
+        scheduler_config,
+        dev,
+    )
     results = run_checks(ctx)
     if args.json:
         sys.stdout.write(json.dumps([asdict(r) for r in results], indent=2) + "\n")

@@ -4,11 +4,13 @@ queueing delay per queue."""
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 BINS = 1000
+Series = tuple[str, Sequence[float], Sequence[float]]  # label, xs, ys
 
 
 def _binned(
@@ -31,7 +33,35 @@ def _binned(
     return xs, [s / width for s in sums]
 
 
+def line_styles(series: Sequence[Series]) -> list[dict[str, Any]]:
+    """Plot keywords per series. Two policies can give the very same series (e.g. on a light load),
+    and the line drawn last would hide the other: a series equal to an earlier one is drawn dashed
+    over it, each copy in its own slot of the dash period (the first shows in the last slot), and
+    its label says which it equals."""
+    groups: dict[tuple[tuple[float, ...], tuple[float, ...]], list[int]] = {}
+    for i, (_, xs, ys) in enumerate(series):
+        groups.setdefault((tuple(xs), tuple(ys)), []).append(i)
+    styles: list[dict[str, Any]] = [{"label": label} for label, _, _ in series]
+    for members in groups.values():
+        first = series[members[0]][0]
+        for k, i in enumerate(members[1:], start=1):
+            dash = 3.0
+            styles[i] = {
+                "label": f"{series[i][0]} (same as {first})",
+                "linestyle": (dash * (k - 1), (dash, dash * (len(members) - 1))),
+            }
+    return styles
+
+
+def _lines(ax: Any, series: Sequence[Series], **common: Any) -> None:
+    for (_, xs, ys), style in zip(series, line_styles(series), strict=True):
+        ax.plot(xs, ys, **common, **style)
+
+
 def write_plots(results: Sequence[dict[str, Any]], directory: Path, title: str) -> list[Path]:
+    # matplotlib logs "generated new fontManager" at INFO the first time it builds its font cache,
+    # which the CLI's logging would print among the results: only its warnings are news to a user.
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     try:
         import matplotlib
 
@@ -43,20 +73,24 @@ def write_plots(results: Sequence[dict[str, Any]], directory: Path, title: str) 
     written: list[Path] = []
 
     fig, ax = plt.subplots(figsize=(10, 4))
+    allocation = []
     for r in results:
         xs, ys = _binned(r["timeline"], 0, BINS)
         gpus = r["sim"]["cluster_gpus"]
-        ax.plot(xs, [100.0 * y / gpus for y in ys], label=r["policy"], linewidth=0.8)
+        allocation.append((r["policy"], xs, [100.0 * y / gpus for y in ys]))
+    _lines(ax, allocation, linewidth=0.8)
     ax.set(xlabel="time (days)", ylabel="GPUs allocated (%)", title=f"GPU allocation over time: {title}")
     ax.set_ylim(0, 105)
     ax.legend()
     written.append(_save(fig, directory / "allocation.png", plt))
 
     fig, ax = plt.subplots(figsize=(6, 4))
+    cdfs = []
     for r in results:
         jcts = sorted(v / 3600.0 for v in r["jct_samples"])
         if jcts:
-            ax.plot(jcts, [(i + 1) / len(jcts) for i in range(len(jcts))], label=r["policy"])
+            cdfs.append((r["policy"], jcts, [(i + 1) / len(jcts) for i in range(len(jcts))]))
+    _lines(ax, cdfs)
     ax.set(
         xscale="log",
         xlabel="job completion time (hours, log)",
