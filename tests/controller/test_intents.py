@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
 from builders import T0, job
 
 from gpuq.controller.intents import (
+    Change,
     admission_note,
     admit_status,
     blocked_status,
+    cosmetic,
+    pending_change,
     pending_status,
     rollback_status,
 )
@@ -98,3 +102,53 @@ def test_a_refresh_of_numbers_is_cosmetic_a_new_reason_code_is_not() -> None:
     admitted = admit_status(queued, ("n1",), T0 + 4, T0 + 5)
     assert not cosmetic(queued, admitted)
     assert not cosmetic(queued, {})
+
+
+def _conditions(variant: str) -> list[dict]:
+    t = format_time(T0 - 50)
+    admitted = {
+        "type": "Admitted",
+        "status": "False",
+        "reason": "QuotaExceeded",
+        "message": "m",
+        "lastTransitionTime": t,
+    }
+    return {
+        "none": [],
+        "same": [admitted],
+        "other message": [{**admitted, "message": "m2"}],
+        "other reason": [{**admitted, "reason": "InsufficientCapacity"}],
+        "true": [{**admitted, "status": "True"}],
+        "no time": [{k: v for k, v in admitted.items() if k != "lastTransitionTime"}],
+        "blocked": [
+            admitted,
+            {"type": "Blocked", "status": "True", "reason": "QueueNotFound", "lastTransitionTime": t},
+        ],
+    }[variant]
+
+
+@pytest.mark.parametrize(
+    "conditions", ["none", "same", "other message", "other reason", "true", "no time", "blocked"]
+)
+@pytest.mark.parametrize("phase", ["Queued", "Preempted", "Suspended", None])
+@pytest.mark.parametrize("position", [None, 2, 3])
+@pytest.mark.parametrize("message", ["m", "m2"])
+@pytest.mark.parametrize("reason", ["QuotaExceeded", "Held"])
+@pytest.mark.parametrize("identity", [True, False])
+def test_pending_change_tells_what_pending_status_would_write(
+    conditions: str, phase: str | None, position: int | None, message: str, reason: str, identity: bool
+) -> None:
+    """`pending_change` classifies without building the patch (it runs for every pending job every
+    cycle); it must agree with the patch `pending_status` builds and `cosmetic` judges."""
+    status: dict = {"reason": "QuotaExceeded", "message": "m", "conditions": _conditions(conditions)}
+    if phase is not None:
+        status["phase"] = phase
+    if position is not None:
+        status["queuePosition"] = position
+    if identity:
+        status |= {"gpus": 8, "observedGeneration": 1}
+    entry = parse_job(job("a", replicas=1, gpus=8, status=status))
+    pending = Pending("team-a/a", message, 2, code=reason)
+    patch = pending_status(entry, pending, T0)
+    expected = Change.NONE if not patch else Change.COSMETIC if cosmetic(entry, patch) else Change.MEANINGFUL
+    assert pending_change(entry, pending) is expected

@@ -167,9 +167,14 @@ def test_a_created_gang_still_starting_says_admitted_after_the_delay() -> None:
 
 
 def test_a_created_gang_is_recorded_even_if_its_workers_already_finished() -> None:
-    """Short workers can finish while no operator runs; the next attempt must not reuse their names."""
+    """Short workers can finish before their admission is recorded (while no operator runs, or in a
+    burst's status delay): one write records the attempt, its placement and that it succeeded; the
+    next attempt must not reuse their names."""
     plan = run(queued(), *gang_pods("a", ["n1", "n2"], phase="Succeeded"), now=T0 + 30)
-    assert plan.status["attempt"] == 1 and plan.status["phase"] == "Running"
+    assert plan.status["attempt"] == 1 and plan.status["phase"] == "Succeeded"
+    assert [p["node"] for p in plan.status["placement"]] == ["n1", "n2"] and plan.status["finishedAt"]
+    assert plan.status["message"] == "all 2 workers succeeded"
+    assert [e.reason for e in plan.events] == ["Succeeded"]
 
 
 def test_a_partly_created_gang_is_deleted_and_the_job_stays_queued() -> None:

@@ -378,3 +378,28 @@ def test_a_requeued_job_is_queued_since_it_lost_its_admission() -> None:
     jobs = jobs_of(build(node("n1"), node("n2"), queue("q"), requeued, job("b")))
     assert jobs["team-a/a"].queued_since == T0 + 60
     assert jobs["team-a/b"].queued_since == jobs["team-a/b"].created_at  # never admitted: its creation
+
+
+def test_a_gang_whose_workers_all_succeeded_holds_nothing_before_its_status_says_so() -> None:
+    """Short jobs finish while their status waits its turn (a burst's delay, a busy writer): their
+    GPUs and quota are free when the pods say so, as a kubelet frees them, not when a status write
+    gets through; the job is neither running nor waiting any more."""
+    cache = ClusterCache()
+    cache.upsert_node(node("n1"))
+    cache.upsert_queue(queue("q", nominal=8))
+    cache.upsert_job(job("a", replicas=1, status=placed_status(["n1"])))
+    cache.upsert_job(job("b", replicas=1, status={"phase": "Queued", "attempt": 0}))  # unrecorded gang
+    cache.upsert_job(job("c", replicas=1))
+    (a,) = gang_pods("a", ["n1"], phase="Running")
+    (b,) = gang_pods("b", ["n1"], phase="Running")
+    cache.upsert_pod(a)
+    cache.upsert_pod(b)
+    builder = SnapshotBuilder()
+    v = builder.build(cache, T0 + 100, CFG)
+    assert set(v.holding) == {"team-a/a", "team-a/b"}
+    for p in (a, b):
+        p["status"]["phase"] = "Succeeded"
+        cache.upsert_pod(p)
+    v = builder.build(cache, T0 + 100, CFG)
+    assert v.holding == {} and [j.key for j in v.snapshot.jobs] == ["team-a/c"]
+    assert [a.job for a in schedule(v.snapshot, T0 + 100, CFG).admit] == ["team-a/c"]  # quota and node free

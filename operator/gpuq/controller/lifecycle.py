@@ -312,7 +312,15 @@ def _record_admission(
     if now < deadline and (not running or record.in_burst(rec.status_delay)):
         return Plan(job.key, st.patch(job.status, **fields), events, stale, recheck_at=deadline)
     status = {**st.patch(job.status, **fields), **admit_status(job, gang, since, now, running, rec.note)}
+    if record.finished_gang(job, pods):  # done before its admission was recorded: one write says both
+        msg = _succeeded_message(len(gang))
+        status |= st.patch(job.status, phase=Phase.SUCCEEDED, message=msg, finished_at=st.when(now))
+        return Plan(job.key, status, (*events, st.normal("Succeeded", msg)), stale)
     return Plan(job.key, status, events, stale)
+
+
+def _succeeded_message(workers: int) -> str:
+    return f"all {workers} workers succeeded"
 
 
 def _transition(
@@ -378,7 +386,7 @@ def _transition(
     if vanished or any(p.node_name is None for p in by_rank.values()):
         return Plan(job.key, st.patch(s, **extra), events, stale, complete_admission=True)
     if all(p.phase == "Succeeded" for p in by_rank.values()):
-        msg = f"all {spec.workers.replicas} workers succeeded"
+        msg = _succeeded_message(spec.workers.replicas)
         status = st.patch(
             s, phase=Phase.SUCCEEDED, message=msg, finished_at=st.when(now), rejections=0, **extra
         )

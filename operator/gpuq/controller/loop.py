@@ -31,7 +31,7 @@ from gpuq.controller.quarantine import Quarantine, culprits
 from gpuq.controller.snapshot import SnapshotBuilder, View, with_disrupted_at
 from gpuq.controller.writer import Writer
 from gpuq.core.config import SchedulerConfig
-from gpuq.core.decisions import Abandon, Admit, Decisions, Preempt, Restart
+from gpuq.core.decisions import Abandon, Admit, Decisions, Pending, Preempt, Restart
 from gpuq.core.extender import ExtenderView, extender_view
 from gpuq.core.failover import Disruption, failed_nodes, node_disruptions, remember_disruptions
 from gpuq.core.model import Job, Queue, Snapshot
@@ -520,6 +520,8 @@ class SchedulingLoop:
         fresh = self.writer.current(victim)
         if fresh is None or fresh.status.phase not in PLACED_PHASES:
             return
+        if record.finished_gang(fresh, self.cache.pods_of(fresh.key, fresh.uid)):
+            return  # its workers finished after the decision: the lifecycle records Succeeded
         victim = fresh
         # Before the first await: the preemptor may be deleted once the victim's status says
         # Preempted, and the reason is the one this eviction started with.
@@ -577,7 +579,7 @@ class SchedulingLoop:
             self._start_preemption(p, now, failed)
         for off in d.abandon:
             self._call_off(off)
-        refresh: list[tuple[int, str, JobEntry, dict[str, Any]]] = []
+        refresh: list[tuple[int, str, JobEntry, Pending]] = []
         for pending in d.pending:
             job = self.cache.jobs.get(pending.job)
             if job is None:
@@ -586,10 +588,11 @@ class SchedulingLoop:
                 # Its status is being written: retry soon, or a quiet cluster never shows the update.
                 self.wake_at(now + BUSY_RETRY_SECONDS)
                 continue
-            patch = intents.pending_status(job, pending, now)
-            if intents.cosmetic(job, patch):
-                refresh.append((pending.position or 1 << 30, pending.job, job, patch))
-            elif patch:
+            change = intents.pending_change(job, pending)
+            if change is intents.Change.COSMETIC:
+                refresh.append((pending.position or 1 << 30, pending.job, job, pending))
+            elif change is intents.Change.MEANINGFUL:
+                patch = intents.pending_status(job, pending, now)
                 self.writer.submit(pending.job, partial(self._patch, job, patch), minor=True)
         self._refresh_cosmetic(refresh, now)
         for key, why in view.excluded.items():
@@ -600,26 +603,29 @@ class SchedulingLoop:
             if patch or events:
                 self.writer.submit(key, partial(self._patch, job, patch, events), minor=True)
 
-    def _refresh_cosmetic(self, refresh: list[tuple[int, str, JobEntry, dict[str, Any]]], now: float) -> None:
+    def _refresh_cosmetic(self, refresh: list[tuple[int, str, JobEntry, Pending]], now: float) -> None:
         """Positions and live numbers in messages change with every admission; written at once they
         would re-patch every pending job each cycle (and each write wakes the loop again). They are
         refreshed at most once per POSITION_REFRESH_SECONDS per job and COSMETIC_WRITES_PER_SECOND in
-        all, queue heads first; the next refresh is due when no more is allowed now."""
+        all, queue heads first; the next refresh is due when no more is allowed now. Only the
+        patches written are built."""
         deferred = False
-        for _, key, job, patch in sorted(refresh, key=lambda r: (r[0], r[1])):
+        for _, key, job, pending in sorted(refresh, key=lambda r: (r[0], r[1])):
             if now < self._refreshed_at.get(key, 0.0) + POSITION_REFRESH_SECONDS:
                 deferred = True
                 continue
             if not self._cosmetic.try_take():
                 deferred = True
                 break
+            patch = intents.pending_status(job, pending, now)
             if self.writer.submit(key, partial(self._patch, job, patch), minor=True):
                 self._refreshed_at[key] = now
         if deferred:
             self.wake_at(now + POSITION_REFRESH_SECONDS)
 
     async def _patch(self, job: JobEntry, patch: dict[str, Any], events: tuple[st.Event, ...] = ()) -> None:
-        fresh = await self.writer.patch_job_status(job, patch)
+        """A waiting or blocked job's status: it informs, so it takes the routine budget."""
+        fresh = await self.writer.patch_job_status(job, patch, routine=True)
         for ev in events:
             await self.writer.event(fresh, ev)
 

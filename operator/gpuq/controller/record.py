@@ -55,6 +55,24 @@ def created_gang(job: JobEntry, pods: Sequence[PodEntry]) -> tuple[str, ...] | N
     return tuple(by_rank[r] for r in range(replicas))
 
 
+def finished_gang(job: JobEntry, pods: Sequence[PodEntry]) -> bool:
+    """Every worker of the job's current attempt (the one its status records, or a gang created
+    before its status) has succeeded: the job is done, whatever its status says yet. Its GPUs are
+    free (a kubelet frees a finished pod's at once), so the snapshot stops counting them, a
+    preemption decided meanwhile is not carried out, and the lifecycle writes Succeeded."""
+    if job.spec is None or job.status.phase in FINISHED_PHASES:
+        return False
+    attempt = job.status.attempt if job.status.phase in PLACED_PHASES else job.status.attempt + 1
+    done: set[int] = set()
+    for p in pods:
+        if p.attempt != attempt or p.owner_uid != job.uid or p.rank is None:
+            continue
+        if p.deleting or p.phase != "Succeeded":
+            return False
+        done.add(p.rank)
+    return done == set(range(job.spec.workers.replicas))
+
+
 def gang_created_at(job: JobEntry, pods: Sequence[PodEntry]) -> float | None:
     """When the next attempt's first pod was created (None if unknown)."""
     times = [p.created_at for p in pods if p.attempt == job.status.attempt + 1 and p.created_at is not None]

@@ -21,7 +21,7 @@ from gpuq.controller.objects import JobEntry, NodeEntry, QueueEntry, newer, pars
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
-from gpuq.controller.record import created_gang
+from gpuq.controller.record import created_gang, finished_gang
 from gpuq.controller.resources import pod_requests
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import PendingCode
@@ -415,6 +415,8 @@ class SnapshotBuilder:
             hold = memo.hold
             if job.deleting and hold is None:
                 continue
+            if hold is not None and finished_gang(job, cache.pods_of(job.key, job.uid)):
+                continue  # done, its status not yet written: it holds nothing and waits for nothing
             if job.spec is None:
                 reason: Exclusion | None = Exclusion("Invalid", job.error or "invalid spec")
             elif quarantined and key in quarantined:

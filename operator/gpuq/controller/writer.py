@@ -149,14 +149,19 @@ class Writer:
         self.cache.upsert_job(body)
         return parse_job(body)
 
-    async def patch_job_status(self, job: JobEntry, patch: dict[str, Any]) -> JobEntry:
+    async def patch_job_status(self, job: JobEntry, patch: dict[str, Any], routine: bool = False) -> JobEntry:
         """Write a status patch computed from `job`, conditional on the version `job` was read at.
-        On 409 the cache gets the current object and ApiError(409) is raised."""
+        On 409 the cache gets the current object and ApiError(409) is raised. `routine`: a write
+        that only informs, paced by the client's routine budget (KubeApi.routine_limiter)."""
         if not patch:
             return job
+        limiter = self.api.routine_limiter if routine else None
         try:
             body = await self.api.merge_patch(
-                kubeapi.job_path(job.namespace, job.name, "status"), {"status": patch}, job.resource_version
+                kubeapi.job_path(job.namespace, job.name, "status"),
+                {"status": patch},
+                job.resource_version,
+                limiter,
             )
         except ApiError as exc:
             if exc.conflict:
