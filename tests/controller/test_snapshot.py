@@ -403,3 +403,21 @@ def test_a_gang_whose_workers_all_succeeded_holds_nothing_before_its_status_says
     v = builder.build(cache, T0 + 100, CFG)
     assert v.holding == {} and [j.key for j in v.snapshot.jobs] == ["team-a/c"]
     assert [a.job for a in schedule(v.snapshot, T0 + 100, CFG).admit] == ["team-a/c"]  # quota and node free
+
+
+def test_a_queue_status_write_does_not_rebuild_its_jobs_but_a_spec_change_does() -> None:
+    """The operator writes each queue's usage every cycle; keyed on the queue's entry, the builder
+    rebuilt every waiting job of the queue each time (with 10,000 waiting, most of a cycle)."""
+    cache = ClusterCache()
+    cache.upsert_node(node("n1"))
+    q = queue("q", nominal=8)
+    cache.upsert_queue(q)
+    cache.upsert_namespace(namespace("team-a"))
+    cache.upsert_job(job("a", replicas=1))
+    builder = SnapshotBuilder()
+    first = jobs_of(builder.build(cache, T0 + 100, CFG))["team-a/a"]
+    cache.upsert_queue({**q, "status": {"usedGPUs": 8, "pendingJobs": 1}})
+    assert jobs_of(builder.build(cache, T0 + 100, CFG))["team-a/a"] is first
+    cache.upsert_queue({**q, "spec": {**q["spec"], "namespaceSelector": {"matchLabels": {"team": "b"}}}})
+    v = builder.build(cache, T0 + 100, CFG)
+    assert "team-a/a" not in jobs_of(v) and "team-a/a" in v.excluded  # the new selector is seen

@@ -124,10 +124,13 @@ def test_fractional_requests_scale_everything_by_one_factor() -> None:
     assert any("balanced" in n for n in plan.notes)
 
 
-def test_without_topology_nodes_total_the_nominal_quota_in_nodes_of_the_largest_pod() -> None:
+def test_without_topology_one_node_holds_the_nominal_quota_so_placement_never_binds_first() -> None:
+    """Kueue's run places nothing: only quota binds. One node of all the quota keeps it so."""
     plan = expand(parse(_config([SMALL, {**SMALL, "className": "large", "request": 20}])))
     assert plan.nominal_gpus == 80
-    assert (plan.shape.node_count, plan.shape.gpus_per_node) == (4, 20)
+    assert (plan.shape.node_count, plan.shape.gpus_per_node) == (1, 80)
+    split = expand(parse(_config([SMALL, {**SMALL, "className": "large", "request": 20}])), node_gpus=20)
+    assert (split.shape.node_count, split.shape.gpus_per_node) == (4, 20)
     assert expand(parse(_config([SMALL])), node_gpus=8).shape.node_count == 10  # 80 / 8
 
 

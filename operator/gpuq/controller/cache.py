@@ -228,6 +228,11 @@ class ClusterCache:
 
     def upsert_queue(self, body: Mapping[str, Any]) -> None:
         entry = parse_queue(body)
+        old = self.queues.get(entry.name)
+        if old is not None and old.spec is not None and old.spec == entry.spec and old.uid == entry.uid:
+            # A status write (usage, every cycle) leaves the spec as it was: keep the very object,
+            # so what was derived from it (SnapshotBuilder's per-job memo) stays valid.
+            entry.spec = old.spec
         self._store(self.queues, "queue", entry.name, body, entry)
 
     def delete_queue(self, body: Mapping[str, Any]) -> None:

@@ -24,7 +24,7 @@ from gpuq.controller import intents, lifecycle, queuehealth, record
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.kubeapi import TokenBucket
-from gpuq.controller.metrics import Metrics, pending_jobs, preemption_reason, queue_figures
+from gpuq.controller.metrics import Metrics, pending_figures, preemption_reason, queue_figures
 from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
 from gpuq.controller.preemption import STOP_SUSPEND, Eviction, PreemptionLog, PreemptionTracker
 from gpuq.controller.quarantine import Quarantine, culprits
@@ -115,6 +115,10 @@ class SchedulingLoop:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._refreshed_at: dict[str, float] = {}
+        # Last cycle's classification of each pending job's status (intents.pending_change), kept
+        # while the job's entry and the core's decision about it are the same: most waiting jobs
+        # change neither from one cycle to the next.
+        self._changes: dict[str, tuple[JobEntry, Pending, intents.Change]] = {}
         self._cosmetic = TokenBucket(COSMETIC_WRITES_PER_SECOND, int(COSMETIC_WRITES_PER_SECOND * 4))
         self._disrupted: frozenset[tuple[str, bool]] = frozenset()
         self._disrupted_at: dict[str, float] = {}  # node -> last time a disruption held it
@@ -580,6 +584,7 @@ class SchedulingLoop:
         for off in d.abandon:
             self._call_off(off)
         refresh: list[tuple[int, str, JobEntry, Pending]] = []
+        changes: dict[str, tuple[JobEntry, Pending, intents.Change]] = {}
         for pending in d.pending:
             job = self.cache.jobs.get(pending.job)
             if job is None:
@@ -588,12 +593,18 @@ class SchedulingLoop:
                 # Its status is being written: retry soon, or a quiet cluster never shows the update.
                 self.wake_at(now + BUSY_RETRY_SECONDS)
                 continue
-            change = intents.pending_change(job, pending)
+            seen = self._changes.get(pending.job)
+            if seen is not None and seen[0] is job and seen[1] == pending:
+                change = seen[2]
+            else:
+                change = intents.pending_change(job, pending)
+            changes[pending.job] = (job, pending, change)
             if change is intents.Change.COSMETIC:
                 refresh.append((pending.position or 1 << 30, pending.job, job, pending))
             elif change is intents.Change.MEANINGFUL:
                 patch = intents.pending_status(job, pending, now)
                 self.writer.submit(pending.job, partial(self._patch, job, patch), minor=True)
+        self._changes = changes
         self._refresh_cosmetic(refresh, now)
         for key, why in view.excluded.items():
             job = self.cache.jobs.get(key)
@@ -675,9 +686,9 @@ class SchedulingLoop:
             entry = self.cache.jobs.get(key)
             if entry is not None and entry.spec is not None:
                 pending[entry.spec.queue] = pending.get(entry.spec.queue, 0) + 1
-        self.metrics.publish_cycle(
+        self.metrics.publish_figures(
             queue_figures(self.cache.queues, d, admitted),
-            pending_jobs(d.pending, view.excluded, self.cache.jobs),
+            *pending_figures(d.pending, view.excluded, self.cache.jobs),
         )
         cores = {q.name: q for q in view.snapshot.queues}
         for name, q in self.cache.queues.items():

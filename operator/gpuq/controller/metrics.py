@@ -87,20 +87,29 @@ def preemption_reason(victim: JobEntry, preemptor: JobEntry | None, move: bool =
     return PREEMPTION_IN_QUEUE if preemptor.spec.queue == _queue(victim) else PREEMPTION_RECLAIM
 
 
-def pending_jobs(
+PendingCounts = dict[tuple[str, ...], float]
+
+
+def pending_figures(
     pending: Iterable[Pending], excluded: Mapping[str, Exclusion], jobs: Mapping[str, JobEntry]
-) -> list[PendingJob]:
-    """Every job waiting after a cycle: those the core reports pending and those kept out of it
-    (blocked). Jobs gone from the cache since the snapshot, and jobs without a valid spec (no queue
-    to count them in), are left out."""
-    out: list[PendingJob] = []
+) -> tuple[PendingCounts, PendingCounts]:
+    """What the pending gauges show, straight from a cycle's decisions: jobs per (queue, reason),
+    and per queue the oldest queued_since. `pending_jobs` without a record per job: this runs over
+    every waiting job every cycle (10,000 and more under a burst)."""
+    counts: PendingCounts = {}
+    oldest: PendingCounts = {}
     reasons = [(p.job, p.code or "Pending") for p in pending]
     reasons += [(key, why.reason) for key, why in excluded.items()]
     for key, reason in reasons:
         job = jobs.get(key)
-        if job is not None and job.spec is not None:
-            out.append(PendingJob(job.spec.queue, reason, queued_since(job)))
-    return out
+        if job is None or job.spec is None:
+            continue
+        q = job.spec.queue
+        counts[(q, reason)] = counts.get((q, reason), 0) + 1
+        since = queued_since(job)
+        if since < oldest.get((q,), since + 1):
+            oldest[(q,)] = since
+    return counts, oldest
 
 
 def queue_figures(
@@ -258,17 +267,23 @@ class Metrics:
     # -- per cycle (leader) ---------------------------------------------------------------------
     def publish_cycle(self, queues: Mapping[str, QueueFigures], pending: Sequence[PendingJob]) -> None:
         """The gauges of one cycle, whole: queues and pending jobs that vanished are zeroed or removed."""
+        counts: PendingCounts = {}
+        oldest: PendingCounts = {}
+        for p in pending:
+            counts[(p.queue, p.reason)] = counts.get((p.queue, p.reason), 0) + 1
+            oldest[(p.queue,)] = min(oldest.get((p.queue,), p.since), p.since)
+        self.publish_figures(queues, counts, oldest)
+
+    def publish_figures(
+        self, queues: Mapping[str, QueueFigures], counts: PendingCounts, oldest: PendingCounts
+    ) -> None:
+        """`publish_cycle` from `pending_figures`' aggregates."""
         self._queue_used.publish({(n, f.cohort): f.used for n, f in queues.items()})
         self._queue_borrowed.publish({(n, f.cohort): f.borrowed for n, f in queues.items()})
         self._queue_nominal.publish(
             {(n, f.cohort): f.nominal for n, f in queues.items() if f.nominal is not None}
         )
         self._admitted_jobs.publish({(n,): f.admitted for n, f in queues.items()})
-        counts: dict[tuple[str, ...], float] = {}
-        oldest: dict[tuple[str, ...], float] = {}
-        for p in pending:
-            counts[(p.queue, p.reason)] = counts.get((p.queue, p.reason), 0) + 1
-            oldest[(p.queue,)] = min(oldest.get((p.queue,), p.since), p.since)
         self._pending.publish(counts)
         self._oldest_pending.publish(oldest)
         self._initialize(queues)

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuq.api.gpuqueue import StopPolicy
+from gpuq.api.gpuqueue import GPUQueueSpec, StopPolicy
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, PlacementEntry, TrainingJobSpec
 from gpuq.controller import selectors
 from gpuq.controller.cache import Assumed, ClusterCache
 from gpuq.controller.nodehealth import OUT_OF_SERVICE_TAINT, damped_until
-from gpuq.controller.objects import JobEntry, NodeEntry, QueueEntry, newer, parse_time, queued_since
+from gpuq.controller.objects import JobEntry, NodeEntry, newer, parse_time, queued_since
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
@@ -300,6 +300,16 @@ def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = froze
     return None
 
 
+_QueueKey = tuple[GPUQueueSpec | None, str | None]
+
+
+def _same_queue(a: _QueueKey | None, b: _QueueKey | None) -> bool:
+    """The same spec object and error (or both queues missing)."""
+    if a is None or b is None:
+        return a is b
+    return a[0] is b[0] and a[1] == b[1]
+
+
 @dataclass(slots=True)
 class _JobMemo:
     """What the last build derived from a job, valid while the inputs it read are the same objects
@@ -308,7 +318,7 @@ class _JobMemo:
     entry: JobEntry
     assumed: Assumed | None
     evicting: bool
-    queue: QueueEntry | None
+    queue: _QueueKey | None  # the queue's spec and error: what the job's exclusion reads
     labels: Mapping[str, str] | None
     hold: Holding | None
     exclusion: Exclusion | None
@@ -362,7 +372,11 @@ class SnapshotBuilder:
 
     def _memo(self, job: JobEntry, cache: ClusterCache, topo: Topology, evicting: bool) -> _JobMemo:
         assumed = cache.assumed.get(job.key)
-        queue = cache.queues.get(job.spec.queue) if job.spec is not None else None
+        entry = cache.queues.get(job.spec.queue) if job.spec is not None else None
+        # Its spec, not the entry: the entry is replaced by every status write (usage, each cycle),
+        # and keying on it rebuilt every job of the queue every cycle (bench/kueue_perf.py); the
+        # cache keeps an unchanged spec the same object.
+        queue = (entry.spec, entry.error) if entry is not None else None
         labels = cache.namespaces.get(job.namespace)
         gang = unrecorded_gang(job, cache) if assumed is None else None
         m = self._jobs.get(job.key)
@@ -371,7 +385,7 @@ class SnapshotBuilder:
             or m.entry is not job
             or m.assumed is not assumed
             or m.evicting != evicting
-            or m.queue is not queue
+            or not _same_queue(m.queue, queue)
             or m.labels is not labels
             or m.gang != gang
         ):

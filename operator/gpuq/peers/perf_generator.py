@@ -19,10 +19,12 @@ maps to gpuq (docs/throughput.md, "Kueue's benchmark"):
                    workloads are mimicked and report none, so a preemption evicts at once, as in Kueue.
   quantities    -> whole GPUs: one factor scales every request, quota and node capacity so that each
                    pod asks for a whole number (the TAS config's 500m and 1250m: x4)
-  nodes         -> without a topology: nodes whose total GPUs equal the sum of nominal quotas (Kueue's
-                   runs have no nodes there; gpuq binds pods, so it needs some), each as large as the
-                   largest pod; with one: the generator's levels and counts, outermost first, mapped
-                   by position onto gpuq's zone/block/rack/node, each node with its capacity scaled.
+  nodes         -> without a topology: Kueue's runs place nothing (quota is all there is); gpuq binds
+                   pods, so it gets one node holding the sum of nominal quotas: placement never binds
+                   before quota does, as there (`node_gpus` splits it into nodes of that size, which
+                   adds a packing problem Kueue's run does not have: a 20-GPU pod then needs an empty
+                   node). With a topology: the generator's levels and counts, outermost first,
+                   mapped by position onto gpuq's zone/block/rack/node, capacity scaled.
 
 Pure: no I/O but `load`, no Kubernetes client.
 """
@@ -373,7 +375,7 @@ def _job(
 
 def expand(config: GeneratorConfig, node_gpus: int | None = None) -> Plan:
     """Every queue and workload the runner would create, with Kueue's names, in gpuq's terms.
-    `node_gpus`: node size without a topology (default: the largest pod's GPUs)."""
+    `node_gpus`: node size without a topology (default: one node holding the whole nominal quota)."""
     factor = scale_factor(config)
     levels = _levels(config) if config.topology is not None else None
     notes: list[str] = []
@@ -413,7 +415,7 @@ def expand(config: GeneratorConfig, node_gpus: int | None = None) -> Plan:
         raise GeneratorError("the config creates no queue")
     largest = max((j.gpus_per_worker for s in streams for j in s.jobs), default=1)
     nominal = sum(q.nominal_gpus for q in queues)
-    shape = _shape(config, factor, node_gpus or largest, nominal, notes)
+    shape = _shape(config, factor, node_gpus or max(nominal, largest), nominal, notes)
     if shape.gpus_per_node < largest:
         raise GeneratorError(f"nodes of {shape.gpus_per_node} GPUs cannot hold a pod of {largest}")
     return Plan(
