@@ -144,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--timeout", type=float, default=3600, help="seconds each side may take (default 3600)")
     ap.add_argument(
-        "--node-gpus", type=int, help="GPUs per node without a topology (default: one node with the whole nominal quota)"
+        "--node-gpus",
+        type=int,
+        help="GPUs per node without a topology (default: one node with the whole nominal quota)",
     )
     ap.add_argument(
         "--gpuq-qps", type=float, default=0, help="the operator's client qps (default: its own, 200)"
