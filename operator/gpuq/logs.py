@@ -28,8 +28,18 @@ def _stderr_logger(*_args: Any) -> _StderrLogger:
     return _StderrLogger()
 
 
+_level = logging.INFO
+
+
+def debug_enabled() -> bool:
+    """Whether debug lines are written: for callers whose debug arguments cost O(jobs) to build."""
+    return _level <= logging.DEBUG
+
+
 def configure(level: str = "INFO", json: bool = True) -> None:
     """Configure structlog once per process; safe to call again (last call wins)."""
+    global _level
+    _level = logging.getLevelName(level.upper())
     logging.basicConfig(stream=sys.stderr, level=level.upper(), format="%(message)s")
     renderer: Any = structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
     structlog.configure(

@@ -36,7 +36,7 @@ async def test_the_event_loop_keeps_running_while_the_core_decides() -> None:
     released = threading.Event()
     seen: dict[str, Any] = {}
 
-    def slow_core(snap: Snapshot, now: float, cfg: SchedulerConfig) -> Decisions:
+    def slow_core(snap: Snapshot, now: float, cfg: SchedulerConfig, explain: bool = True) -> Decisions:
         seen["thread"] = threading.current_thread()
         seen["released"] = released.wait(timeout=5)  # only the event loop can set it
         return Decisions()
@@ -54,7 +54,7 @@ async def test_the_event_loop_keeps_running_while_the_core_decides() -> None:
 async def test_a_job_the_core_fails_on_is_quarantined_and_the_rest_scheduled() -> None:
     calls: list[list[str]] = []
 
-    def picky_core(snap: Snapshot, now: float, cfg: SchedulerConfig) -> Decisions:
+    def picky_core(snap: Snapshot, now: float, cfg: SchedulerConfig, explain: bool = True) -> Decisions:
         keys = [j.key for j in snap.jobs]
         calls.append(keys)
         if "team/bad" in keys:

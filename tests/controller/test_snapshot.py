@@ -421,3 +421,79 @@ def test_a_queue_status_write_does_not_rebuild_its_jobs_but_a_spec_change_does()
     cache.upsert_queue({**q, "spec": {**q["spec"], "namespaceSelector": {"matchLabels": {"team": "b"}}}})
     v = builder.build(cache, T0 + 100, CFG)
     assert "team-a/a" not in jobs_of(v) and "team-a/a" in v.excluded  # the new selector is seen
+
+
+def test_kept_rows_equal_a_fresh_build_through_random_changes() -> None:
+    """The builder derives again only the jobs the cache reports changed (their entry, pods or
+    assumption) unless something every job reads changed (queues, namespaces, evicting, config).
+    Through random changes of every kind, each build equals a fresh builder's, and its own
+    GPUQ_VERIFY_SNAPSHOT check (verify=True) finds no kept row that deriving would change."""
+    import random
+
+    rng = random.Random(7)
+    cache = ClusterCache()
+    nodes = [f"n{i}" for i in range(4)]
+    for n in nodes:
+        cache.upsert_node(node(n))
+    cache.upsert_queue(queue("q", nominal=32))
+    cache.upsert_queue(queue("r", nominal=8, cohort="c"))
+    cache.upsert_namespace(namespace("team-a"))
+    cache.upsert_namespace(namespace("team-b"))
+    kept = SnapshotBuilder(verify=True)
+    now = T0 + 100
+    names: list[str] = []
+    made: dict[str, tuple[str, str, int, int]] = {}  # key -> job()'s arguments (the spec never changes)
+    evicting: frozenset[str] = frozenset()
+    for step in range(400):
+        op = rng.randrange(12)
+        key = rng.choice(names) if names else None
+        name = key.split("/")[1] if key else None
+        if op <= 2 or name is None:
+            name = f"j{step}"
+            ns = rng.choice(["team-a", "team-b"])
+            key = f"{ns}/{name}"
+            made[key] = (ns, rng.choice(["q", "r", "missing"]), rng.randint(1, 3), rng.choice([1, 4, 8]))
+            cache.upsert_job(job(name, *made[key]))
+            names.append(key)
+        elif op == 3:  # placed, with or without its pods
+            ns, q, replicas, gpus = made[key]
+            placement = [rng.choice(nodes) for _ in range(replicas)]
+            raw = job(name, ns, q, replicas, gpus)
+            raw["status"] = placed_status(placement, phase=rng.choice(["Admitted", "Running"]))
+            cache.upsert_job(raw)
+            if rng.random() < 0.7:
+                for p in gang_pods(name, placement, ns=ns, phase=rng.choice(["Running", "Succeeded"])):
+                    cache.upsert_pod(p)
+        elif op == 4:  # waits with a back-off
+            raw = job(name, *made[key])
+            back_off = iso(now + rng.choice([-5, 5, 30]))
+            raw["status"] = {"phase": "Recovering", "attempt": 1, "notBefore": back_off}
+            cache.upsert_job(raw)
+        elif op == 5:
+            if rng.random() < 0.6:
+                cache.assume(key, 1, (rng.choice(nodes),), now)
+            else:
+                cache.forget(key)
+        elif op == 6:
+            for p in list(cache.pods_of(key)):
+                pod_ns, pod_name = p.key.split("/")
+                cache.delete_pod({"metadata": {"name": pod_name, "namespace": pod_ns}})
+        elif op == 7:
+            cache.upsert_queue(
+                queue("q", nominal=rng.choice([16, 32]), **rng.choice([{}, {"stopPolicy": "HoldAndDrain"}]))
+            )
+        elif op == 8:
+            cache.upsert_namespace(namespace(rng.choice(["team-a", "team-b"]), tier=rng.choice(["x", "y"])))
+        elif op == 9:
+            evicting = frozenset(rng.sample(names, k=min(len(names), rng.randint(0, 2))))
+        elif op == 10:  # a node joins or leaves
+            if rng.random() < 0.5 and len(nodes) > 2:
+                gone = nodes.pop()
+                cache.delete_node({"metadata": {"name": gone, "uid": f"uid--{gone}"}})
+            else:
+                nodes.append(f"n{step}")
+                cache.upsert_node(node(nodes[-1]))
+        else:
+            now += rng.choice([0.0, 3.0, 20.0])
+        view = kept.build(cache, now, CFG, evicting)
+        assert view == SnapshotBuilder().build(cache, now, CFG, evicting), f"step {step}, op {op}"

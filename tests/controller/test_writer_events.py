@@ -3,6 +3,8 @@ Warnings always go out. Against a real HTTP server."""
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp.test_utils import TestServer
 from builders import job
 from fakeapi import FakeApi, Reply, client
@@ -51,3 +53,33 @@ async def test_a_waiting_jobs_status_takes_the_routine_budget_not_the_admissions
         await writer.patch_job_status(entry, {"phase": "Running"})
         assert api.limiter._tokens < main  # what is not routine pays the main bucket
     assert len(fake.requests("PATCH", path)) == 2
+
+
+async def test_an_admission_supersedes_the_jobs_status_write_still_waiting_for_its_budget(
+    fake: FakeApi, server: TestServer
+) -> None:
+    """Under a burst the routine budget has minutes of writes queued; a queue head whose Queued
+    status is among them must not wait that long to be admitted. Its waiting write is cancelled
+    (nothing was sent) and the admission runs at once; writes already sent are never cancelled."""
+    for name in ("a", "b"):
+        path = f"/apis/gpuq.dev/v1alpha1/namespaces/team-a/trainingjobs/{name}/status"
+        fake.on("PATCH", path, Reply(200, job(name), delay=0.3 if name == "b" else 0.0))
+    async with client(server, qps=4.0, burst=4) as api:  # routine budget: 1/s, burst 1
+        writer = Writer(api, ClusterCache(), Metrics(), on_done=lambda: None)
+        a, b = parse_job(job("a")), parse_job(job("b"))
+        admitted = asyncio.Event()
+
+        async def admit() -> None:
+            admitted.set()
+
+        assert writer.submit(b.key, lambda: writer.patch_job_status(b, {"phase": "Queued"}, routine=True))
+        assert writer.submit(a.key, lambda: writer.patch_job_status(a, {"phase": "Queued"}, routine=True))
+        await asyncio.sleep(0.05)  # b took the one token and was sent; a waits about a second
+        assert not writer.supersede(b.key)  # in flight: it stays
+        assert writer.supersede(a.key)
+        writer.submit(a.key, admit)
+        await asyncio.wait_for(admitted.wait(), 0.5)
+        await writer.drain()
+    assert fake.requests("PATCH", "/apis/gpuq.dev/v1alpha1/namespaces/team-a/trainingjobs/a/status") == []
+    assert len(fake.requests("PATCH", "/apis/gpuq.dev/v1alpha1/namespaces/team-a/trainingjobs/b/status")) == 1
+    assert writer.busy == set()

@@ -80,6 +80,7 @@ class ClusterCache:
         # Bound pods per node, and the nodes whose bound pods changed since the snapshot builder
         # last took them (it re-sums other schedulers' usage only there).
         self.pods_by_node: dict[str, set[str]] = {}
+        self._job_sinks: list[set[str]] = []  # one set per reader of changed jobs (watch_jobs)
         self._node_sinks: list[set[str]] = []  # one set per reader of touched nodes (watch_nodes)
         self.touched_nodes: set[str] = self.watch_nodes()
         self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
@@ -180,8 +181,23 @@ class ClusterCache:
         if table.get(key) != entry:
             table[key] = entry
             if kind == "job":
-                self.touched.add(key)
+                self._touch(key)
             self._changed()
+
+    def _touch(self, job: str) -> None:
+        self.touched.add(job)
+        for sink in self._job_sinks:
+            sink.add(job)
+
+    def watch_jobs(self) -> set[str]:
+        """A set that from now on collects every job whose entry, pods or assumption changes (or
+        that is deleted); the caller drains it. Unlike `touched`, each reader has its own."""
+        sink: set[str] = set()
+        self._job_sinks.append(sink)
+        return sink
+
+    def unwatch_jobs(self, sink: set[str]) -> None:
+        self._job_sinks = [s for s in self._job_sinks if s is not sink]
 
     def take_touched_nodes(self) -> set[str]:
         out = set(self.touched_nodes)
@@ -255,6 +271,8 @@ class ClusterCache:
         assumed = self.assumed.get(entry.key)
         if assumed is not None and entry.status.attempt >= assumed.attempt:
             del self.assumed[entry.key]  # the API now records the admission (or a later one)
+            for sink in self._job_sinks:
+                sink.add(entry.key)
         self._store(self.jobs, "job", entry.key, body, entry)
 
     def delete_job(self, body: Mapping[str, Any]) -> None:
@@ -263,6 +281,8 @@ class ClusterCache:
         if self._forget_object("job", key, body) and (gone := self.jobs.pop(key, None)) is not None:
             self.assumed.pop(key, None)
             self.deleted_jobs[gone.uid] = key
+            for sink in self._job_sinks:
+                sink.add(key)
             self._changed()
 
     def assume(
@@ -279,10 +299,14 @@ class ClusterCache:
         lets its status wait longer for Running (gpuq.controller.record)."""
         delay = status_delay(max(len(self.assumed), decided_with))
         self.assumed[job] = Assumed(attempt, placement, now, note, delay)
+        for sink in self._job_sinks:
+            sink.add(job)
         self._changed()
 
     def forget(self, job: str) -> None:
         if self.assumed.pop(job, None) is not None:
+            for sink in self._job_sinks:
+                sink.add(job)
             self._changed()
 
     # -- pods ---------------------------------------------------------------------------------
@@ -297,12 +321,12 @@ class ClusterCache:
             return
         if old is not None and old.job != entry.job and old.job is not None:
             self._pods_by_job.get(old.job, set()).discard(entry.key)
-            self.touched.add(old.job)
+            self._touch(old.job)
         self.pods[entry.key] = entry
         self._place(entry.key, old.node_name if old is not None else None, entry.node_name)
         if entry.job is not None:
             self._pods_by_job.setdefault(entry.job, set()).add(entry.key)
-            self.touched.add(entry.job)
+            self._touch(entry.job)
         self._changed()
 
     def delete_pod(self, body: Mapping[str, Any]) -> None:
@@ -315,7 +339,7 @@ class ClusterCache:
             return
         self._place(key, entry.node_name, None)
         if entry.job is not None:
-            self.touched.add(entry.job)
+            self._touch(entry.job)
             members = self._pods_by_job.get(entry.job)
             if members is not None:
                 members.discard(key)
@@ -330,7 +354,7 @@ class ClusterCache:
             self._place(key, pod.node_name, node)
             pod.node_name = node
             if pod.job is not None:
-                self.touched.add(pod.job)
+                self._touch(pod.job)
             self._changed()
 
     def has_pods(self, job: str) -> bool:

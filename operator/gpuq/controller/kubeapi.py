@@ -124,11 +124,21 @@ class TokenBucket:
         self._tokens -= 1.0
         return True
 
+    def refund(self) -> None:
+        """Give back a reserved token that was never used (its waiter was cancelled)."""
+        if self.qps > 0:
+            self._refill()
+            self._tokens = min(float(self.burst), self._tokens + 1.0)
+
     async def acquire(self) -> None:
         delay = self.reserve()
         if delay > 0:
             self.waited += delay
             await asyncio.sleep(delay)
+
+
+# The bucket for a request whose token the caller already took from another bucket: never waits.
+PREPAID = TokenBucket(0.0, 1)
 
 
 def backoff_delay(attempt: int, policy: ApiPolicy, retry_after: float | None, rand: float) -> float:

@@ -15,7 +15,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 from gpuq.api import meta
 from gpuq.api.meta import Condition
@@ -24,7 +24,7 @@ from gpuq.controller import intents, lifecycle, queuehealth, record
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.kubeapi import TokenBucket
-from gpuq.controller.metrics import Metrics, pending_figures, preemption_reason, queue_figures
+from gpuq.controller.metrics import Metrics, PendingCounts, pending_figures, preemption_reason, queue_figures
 from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
 from gpuq.controller.preemption import STOP_SUSPEND, Eviction, PreemptionLog, PreemptionTracker
 from gpuq.controller.quarantine import Quarantine, culprits
@@ -35,7 +35,7 @@ from gpuq.core.decisions import Abandon, Admit, Decisions, Pending, Preempt, Res
 from gpuq.core.extender import ExtenderView, extender_view
 from gpuq.core.failover import Disruption, failed_nodes, node_disruptions, remember_disruptions
 from gpuq.core.model import Job, Queue, Snapshot
-from gpuq.logs import get_logger
+from gpuq.logs import debug_enabled, get_logger
 
 log = get_logger("gpuq.loop")
 
@@ -44,13 +44,46 @@ POSITION_REFRESH_SECONDS = 5.0
 COSMETIC_WRITES_PER_SECOND = 5.0
 BUSY_RETRY_SECONDS = 1.0  # a pending job's status update skipped while a write for it runs
 
-ScheduleFn = Callable[[Snapshot, float, SchedulerConfig], Decisions]
+
+
+class ScheduleFn(Protocol):
+    """gpuq.core.schedule's signature (IncrementalSchedule keeps its index between calls)."""
+
+    def __call__(
+        self, snapshot: Snapshot, now: float, config: SchedulerConfig, *, explain: bool = True
+    ) -> Decisions: ...
+
+
 MAX_PAUSE_SECONDS = 1.0  # load-adaptive pacing never delays a cycle by more than this
 PACE_FACTOR = 2.0  # under load, wait this many times the last cycle's duration before the next
 # While decided admissions wait for a slot in the writer, a cycle cannot bind anything sooner: it
 # would rebuild the snapshot for status updates alone, CPU the API server (on the same machine,
 # often) needs for the pods. Cycles then come at most this often.
 BACKLOG_PAUSE_SECONDS = 0.5
+# Explaining every waiting job (reason, position, Pending decisions, their status and metrics) is
+# O(waiting jobs) in the core and the shell: 0.5 s a cycle at 12,000 waiting, against a few ms for
+# the decisions themselves. While it is that dear, cycles explain at most this often; the others
+# only act (the same admissions and preemptions: gpuq.core.schedule, explain=False).
+EXPLAIN_SECONDS = 2.0
+CHEAP_EXPLAIN_SECONDS = 0.02  # an explaining cycle cheaper than this: every cycle explains
+REPORT_SECONDS = 30.0  # a busy loop says how it keeps up this often (INFO), a quiet one says nothing
+
+
+@dataclasses.dataclass
+class _Report:
+    """Cycles since the last report: what an admin reads to see whether the loop keeps up."""
+
+    since: float
+    cycles: int = 0
+    seconds: float = 0.0
+    slowest: float = 0.0
+    admitted: int = 0
+
+    def add(self, seconds: float, admitted: int) -> None:
+        self.cycles += 1
+        self.seconds += seconds
+        self.slowest = max(self.slowest, seconds)
+        self.admitted += admitted
 
 
 @dataclasses.dataclass
@@ -64,6 +97,7 @@ class _Prepared:
     view: View
     disruptions: dict[str, Disruption]
     failed: frozenset[str]
+    explain: bool
 
 
 def _core_schedule() -> ScheduleFn:
@@ -132,6 +166,11 @@ class SchedulingLoop:
         self._foreign_gpus: Callable[[str], int] = lambda node: 0  # the view's rule, set with it
         self.preemption_log = PreemptionLog()
         self._last_cycle_s = 0.0
+        self._report = _Report(time.monotonic())
+        self._explained_at = float("-inf")  # when a cycle last explained every waiting job
+        self._explain_cost = 0.0  # what that cycle took, seconds
+        # The pending gauges as the last explaining cycle left them.
+        self._pending_figures: tuple[PendingCounts, PendingCounts] = ({}, {})
 
     @property
     def extender_view(self) -> ExtenderView | None:
@@ -157,6 +196,7 @@ class SchedulingLoop:
     def close(self) -> None:
         """The term is over: the cache stops collecting touched nodes for this loop's extender."""
         self.cache.unwatch_nodes(self._extender_nodes)
+        self.builder.close()
 
     def restore(self) -> None:
         """A new leadership term: pick up preemptions in progress from the victims' status, and each
@@ -243,13 +283,14 @@ class SchedulingLoop:
         self._advance_lifecycles(now, failed)
         self._advance_preemptions(now, view, failed)
         self._start_stops(view, now, failed)
-        return _Prepared(started, now, evicting, generations, view, disruptions, failed)
+        explain = self._explain_cost < CHEAP_EXPLAIN_SECONDS or now >= self._explained_at + EXPLAIN_SECONDS
+        return _Prepared(started, now, evicting, generations, view, disruptions, failed, explain)
 
     def _core(self, prep: _Prepared) -> Decisions | Exception:
         """The core's decisions, or what it raised (handled by _finish, on the event loop)."""
         t0 = time.perf_counter()
         try:
-            return self.schedule(prep.view.snapshot, prep.now, self.config)
+            return self.schedule(prep.view.snapshot, prep.now, self.config, explain=prep.explain)
         except Exception as exc:
             return exc
         finally:
@@ -264,17 +305,18 @@ class SchedulingLoop:
         else:
             decisions = outcome
         view, now = prep.view, prep.now
-        log.debug(
-            "cycle",
-            jobs=len(view.snapshot.jobs),
-            running=sorted(j.key for j in view.snapshot.jobs if j.running),
-            admit=[a.job for a in decisions.admit],
-            preempt=[p.victim for p in decisions.preempt],
-            restart=[r.job for r in decisions.restart],
-            busy=len(self.writer.busy),
-        )
-        self._apply(decisions, view, now, prep.failed)
-        self._publish_queues(decisions, view, now)
+        if debug_enabled():  # its arguments walk every job
+            log.debug(
+                "cycle",
+                jobs=len(view.snapshot.jobs),
+                running=sorted(j.key for j in view.snapshot.jobs if j.running),
+                admit=[a.job for a in decisions.admit],
+                preempt=[p.victim for p in decisions.preempt],
+                restart=[r.job for r in decisions.restart],
+                busy=len(self.writer.busy),
+            )
+        self._apply(decisions, view, now, prep.failed, prep.explain)
+        self._publish_queues(decisions, view, now, prep.explain)
         if self.config.extender_enabled:
             self._extender_inputs = (view.snapshot, decisions.admit)
             self._extender_view = None  # built on the extender's first call after this cycle
@@ -286,6 +328,7 @@ class SchedulingLoop:
             min(self._recheck.values(), default=None),
             *(d.until for d in prep.disruptions.values()),
             *(t + grace for t in self._disrupted_at.values() if t + grace > now),
+            None if prep.explain else self._explained_at + EXPLAIN_SECONDS,
         )
         self.wake_at(min((t for t in timers if t is not None), default=None))
         self.builder.forget_missing(self.cache)
@@ -293,7 +336,29 @@ class SchedulingLoop:
             del self._refreshed_at[key]
         self._last_cycle_s = time.perf_counter() - prep.started
         self.metrics.cycle.observe(self._last_cycle_s)
+        if prep.explain:
+            self._explained_at, self._explain_cost = now, self._last_cycle_s
+        self._say_how_it_keeps_up(len(decisions.admit), len(view.snapshot.jobs))
         return decisions
+
+    def _say_how_it_keeps_up(self, admitted: int, jobs: int) -> None:
+        r = self._report
+        r.add(self._last_cycle_s, admitted)
+        elapsed = time.monotonic() - r.since
+        if elapsed < REPORT_SECONDS:
+            return
+        log.info(
+            "scheduling loop",
+            seconds=round(elapsed, 1),
+            cycles=r.cycles,
+            cycle_avg_ms=round(1000 * r.seconds / r.cycles, 1),
+            cycle_max_ms=round(1000 * r.slowest, 1),
+            admitted=r.admitted,
+            jobs=jobs,
+            writes_in_flight=len(self.writer.busy),
+            admissions_waiting=self.writer.admissions_waiting,
+        )
+        self._report = _Report(time.monotonic())
 
     def _view(self, now: float, evicting: frozenset[str], generations: dict[str, int]) -> View:
         return self.builder.build(
@@ -561,7 +626,7 @@ class SchedulingLoop:
             await self.writer.event(job, ev)
 
     # -- decisions ---------------------------------------------------------------------------
-    def _apply(self, d: Decisions, view: View, now: float, failed: frozenset[str]) -> None:
+    def _apply(self, d: Decisions, view: View, now: float, failed: frozenset[str], explained: bool) -> None:
         admits = {a.job: a for a in d.admit}
         for r in d.restart:
             job = self.cache.jobs.get(r.job)
@@ -574,7 +639,9 @@ class SchedulingLoop:
             self.writer.submit(r.job, partial(self._restart, job, r, readmit, now, failed))
         for a in admits.values():
             job = self.cache.jobs.get(a.job)
-            if job is None or job.spec is None or a.job in self.writer.busy:
+            # A waiting job's status write may still wait for its budget behind a burst of others:
+            # the admission does not wait with it (the write only said the job waits).
+            if job is None or job.spec is None or not self.writer.supersede(a.job):
                 continue
             # The whole batch is known now; the writer's tasks assume one at a time, so without
             # it the first BURST_GANGS of a burst would each cost a status write mid-burst.
@@ -583,6 +650,19 @@ class SchedulingLoop:
             self._start_preemption(p, now, failed)
         for off in d.abandon:
             self._call_off(off)
+        if explained:
+            self._explain_waiting(d, now)
+        for key, why in view.excluded.items():
+            job = self.cache.jobs.get(key)
+            if job is None or key in self.writer.busy:
+                continue
+            patch, events = intents.blocked_status(job, why, now)
+            if patch or events:
+                self.writer.submit(key, partial(self._patch, job, patch, events), minor=True)
+
+    def _explain_waiting(self, d: Decisions, now: float) -> None:
+        """Each waiting job's status from the core's Pending: meaningful changes at once (routine
+        budget), positions and live numbers at a bounded rate."""
         refresh: list[tuple[int, str, JobEntry, Pending]] = []
         changes: dict[str, tuple[JobEntry, Pending, intents.Change]] = {}
         for pending in d.pending:
@@ -606,13 +686,6 @@ class SchedulingLoop:
                 self.writer.submit(pending.job, partial(self._patch, job, patch), minor=True)
         self._changes = changes
         self._refresh_cosmetic(refresh, now)
-        for key, why in view.excluded.items():
-            job = self.cache.jobs.get(key)
-            if job is None or key in self.writer.busy:
-                continue
-            patch, events = intents.blocked_status(job, why, now)
-            if patch or events:
-                self.writer.submit(key, partial(self._patch, job, patch, events), minor=True)
 
     def _refresh_cosmetic(self, refresh: list[tuple[int, str, JobEntry, Pending]], now: float) -> None:
         """Positions and live numbers in messages change with every admission; written at once they
@@ -675,7 +748,7 @@ class SchedulingLoop:
             await self.writer.admit(fresh, admit)
 
     # -- queues ------------------------------------------------------------------------------
-    def _publish_queues(self, d: Decisions, view: View, now: float) -> None:
+    def _publish_queues(self, d: Decisions, view: View, now: float, explained: bool) -> None:
         pending: dict[str, int] = {}
         admitted: dict[str, int] = {}
         admitting = {a.job for a in d.admit}
@@ -686,10 +759,9 @@ class SchedulingLoop:
             entry = self.cache.jobs.get(key)
             if entry is not None and entry.spec is not None:
                 pending[entry.spec.queue] = pending.get(entry.spec.queue, 0) + 1
-        self.metrics.publish_figures(
-            queue_figures(self.cache.queues, d, admitted),
-            *pending_figures(d.pending, view.excluded, self.cache.jobs),
-        )
+        if explained:  # the pending gauges hold the last explained cycle's figures in between
+            self._pending_figures = pending_figures(d.pending, view.excluded, self.cache.jobs)
+        self.metrics.publish_figures(queue_figures(self.cache.queues, d, admitted), *self._pending_figures)
         cores = {q.name: q for q in view.snapshot.queues}
         for name, q in self.cache.queues.items():
             used, borrowed = d.queue_usage.get(name, 0), d.queue_borrowed.get(name, 0)

@@ -8,6 +8,7 @@ restart back-off expiring) so the loop can sleep until then instead of polling.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -328,6 +329,55 @@ class _JobMemo:
 
 
 @dataclass(slots=True)
+class _Row:
+    """A job's part of the last build, reused while nothing it was derived from changed: its
+    entry, pods and assumption (ClusterCache.watch_jobs), the build-wide inputs (_Inputs) and, for
+    the second half, the cluster's size and the time its notBefore passes."""
+
+    memo: _JobMemo | None  # None: finished, or deleting with nothing held (not in the snapshot)
+    spec: TrainingJobSpec | None = None
+    excluded: Exclusion | None = None  # kept out before placement is looked at
+    blocked: Exclusion | None = None
+    stops: bool = False
+    stopping: str = ""
+    # The second half (after the nodes): valid for `sized` (total GPUs, largest node, any nodes)
+    # until `until`.
+    sized: tuple[int, int, bool] | None = None
+    until: float = float("inf")
+    too_big: Exclusion | None = None
+    wake: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What every job's row reads besides its own objects: a change rebuilds all rows."""
+
+    config: SchedulerConfig
+    queues: tuple[tuple[str, GPUQueueSpec | None, str | None], ...]
+    namespaces: tuple[tuple[str, Mapping[str, str]], ...]
+    evicting: frozenset[str]
+    quarantined: tuple[tuple[str, int], ...]
+
+    def same(self, other: _Inputs | None) -> bool:
+        """Equal, with specs and label maps compared by identity (the cache replaces what changes)."""
+        return (
+            other is not None
+            and self.config is other.config
+            and self.evicting == other.evicting
+            and self.quarantined == other.quarantined
+            and len(self.queues) == len(other.queues)
+            and all(
+                a[0] == b[0] and a[1] is b[1] and a[2] == b[2]
+                for a, b in zip(self.queues, other.queues, strict=True)
+            )
+            and len(self.namespaces) == len(other.namespaces)
+            and all(
+                a[0] == b[0] and a[1] is b[1] for a, b in zip(self.namespaces, other.namespaces, strict=True)
+            )
+        )
+
+
+@dataclass(slots=True)
 class _NodeMemo:
     entry: NodeEntry
     others: Resources
@@ -340,7 +390,14 @@ class SnapshotBuilder:
     reuses it (the very same object) while the inputs are unchanged: a cycle after a few watch
     events costs O(jobs + nodes) identity checks, and the core's kept index sees few deltas."""
 
-    def __init__(self) -> None:
+    def __init__(self, verify: bool | None = None) -> None:
+        # GPUQ_VERIFY_SNAPSHOT=1: every build also derives every job afresh and fails loudly where
+        # a kept row differs (slow: for tests and debugging).
+        self.verify = os.environ.get("GPUQ_VERIFY_SNAPSHOT") == "1" if verify is None else verify
+        self._rows: dict[str, _Row] = {}
+        self._inputs: _Inputs | None = None
+        self._cache: ClusterCache | None = None
+        self._changed_jobs: set[str] = set()  # filled by the cache (watch_jobs)
         self._derived: dict[str, tuple[int, str, WorkerSpec | None, Constraints | None, str | None]] = {}
         self._jobs: dict[str, _JobMemo] = {}
         self._nodes_memo: dict[str, _NodeMemo] = {}
@@ -361,6 +418,26 @@ class SnapshotBuilder:
             workers, cons, err = None, None, str(exc)
         self._derived[job.key] = (job.generation, job.uid, workers, cons, err)
         return workers, cons, err
+
+    def close(self) -> None:
+        """Stop collecting changed jobs (the builder's loop is over)."""
+        if self._cache is not None:
+            self._cache.unwatch_jobs(self._changed_jobs)
+            self._cache = None
+
+    def _changed_since_last(self, cache: ClusterCache, inputs: _Inputs) -> set[str] | None:
+        """The jobs to derive again this build, or None for all of them."""
+        if cache is not self._cache:
+            self.close()
+            self._cache, self._changed_jobs = cache, cache.watch_jobs()
+            self._inputs, self._rows = inputs, {}
+            return None
+        changed = set(self._changed_jobs)
+        self._changed_jobs.clear()
+        if not inputs.same(self._inputs):
+            self._inputs = inputs
+            return None
+        return changed
 
     def forget_missing(self, cache: ClusterCache) -> None:
         for key in [k for k in self._derived if k not in cache.jobs]:
@@ -419,77 +496,157 @@ class SnapshotBuilder:
             for name, q in sorted(cache.queues.items())
             if q.spec is not None
         }
+        inputs = _Inputs(
+            config,
+            tuple((name, q.spec, q.error) for name, q in sorted(cache.queues.items())),
+            tuple(sorted(cache.namespaces.items(), key=lambda kv: kv[0])),
+            evicting,
+            tuple(sorted((quarantined or {}).items())),
+        )
+        changed = self._changed_since_last(cache, inputs)
+        rows = self._rows_for(cache, topo, evicting, quarantined or {}, changed)
+        if self.verify and changed is not None:
+            self._verify_rows(rows, self._rows_for(cache, topo, evicting, quarantined or {}, None))
+        self._rows = rows
         # Pass 1: which jobs hold placements (they shape node usage and health).
-        candidates: list[tuple[JobEntry, TrainingJobSpec, _JobMemo, bool]] = []
-        for key in sorted(cache.jobs):
-            job = cache.jobs[key]
-            if job.status.phase in FINISHED_PHASES:
+        candidates: list[tuple[str, _Row]] = []
+        for key, row in rows.items():
+            if row.memo is None:
                 continue
-            memo = self._memo(job, cache, topo, key in evicting)
-            hold = memo.hold
-            if job.deleting and hold is None:
+            if row.excluded is not None:
+                excluded[key] = row.excluded
                 continue
-            if hold is not None and finished_gang(job, cache.pods_of(job.key, job.uid)):
-                continue  # done, its status not yet written: it holds nothing and waits for nothing
-            if job.spec is None:
-                reason: Exclusion | None = Exclusion("Invalid", job.error or "invalid spec")
-            elif quarantined and key in quarantined:
-                reason = Exclusion(QUARANTINED, QUARANTINE_MESSAGE)
-            else:
-                reason = memo.exclusion
-            if reason is not None:
-                if hold is None:
-                    excluded[key] = reason
-                    continue
-                if not self._modelled_while_held(job, reason):
-                    continue  # a held job we cannot model: its pods count as someone else's usage
-                # Its queue is gone (or no longer admits it) while it runs: the core still sees
-                # it, so a node failing under it fails it over (docs/api.md, "GPUQueue").
-                blocked[key] = reason
-            spec = job.spec
-            assert spec is not None  # a job without one has a reason above
-            stop = _stop(job, cache)
-            if stop and hold is None:
-                excluded[key] = Exclusion(SUSPENDED, SUSPENDED_MESSAGE)
-                continue
-            candidates.append((job, spec, memo, bool(stop)))
+            if row.blocked is not None:
+                blocked[key] = row.blocked
+            candidates.append((key, row))
+            hold = row.memo.hold
             if hold is not None:
                 held[key] = hold
-                if stop and job.status.phase in PLACED_PHASES:
-                    stopping[key] = stop
+                if row.stopping:
+                    stopping[key] = row.stopping
 
         nodes, wake_nodes = self._nodes(cache, now, config, held)
         capacity = [n for n in nodes if n.health != Health.FAILED]
         total_gpus = sum(n.allocatable.gpus for n in capacity)
         largest = max((n.allocatable.gpus for n in capacity), default=0)
+        sized = (total_gpus, largest, bool(nodes))
 
         jobs: list[Job] = []
         wake_jobs: list[float | None] = []
-        for job, spec, memo, stops in candidates:
-            hold = memo.hold
-            if hold is None and nodes:
-                too_big = _too_big(spec, total_gpus, largest)
-                if too_big:
-                    excluded[job.key] = Exclusion(PendingCode.EXCEEDS_CAPACITY, too_big)
-                    continue
-            not_before = parse_time(job.status.not_before) or 0.0
-            if hold is None and not_before > now:
-                wake_jobs.append(not_before)
-            # A held job with no start time in its status yet (an admission in flight) started when
-            # it was assumed; only then does the fallback matter for the Job built.
-            fallback = memo.assumed.started_at if memo.assumed is not None else now
-            timeless = hold is not None and job.status.started_at is None and job.status.admitted_at is None
-            args = (fallback if timeless else 0.0, not_before)
-            if memo.job is None or memo.job_args != args:
-                workers, cons, _ = self._derive(job, spec)
-                assert workers is not None and cons is not None  # _exclusion rejected bad templates
-                memo.job = _job(job, spec, workers, cons, hold, fallback, not_before, memo.evicting, stops)
-                memo.job_args = args
-            jobs.append(memo.job)
+        for key, row in candidates:
+            if row.sized != sized or now >= row.until:
+                self._size_row(cache.jobs[key], row, sized, now)
+            elif self.verify:
+                _verify_sized(key, row, self._size_row(cache.jobs[key], replace(row), sized, now))
+            if row.too_big is not None:
+                excluded[key] = row.too_big
+                continue
+            if row.wake is not None:
+                wake_jobs.append(row.wake)
+            assert row.memo is not None and row.memo.job is not None
+            jobs.append(row.memo.job)
         snapshot = Snapshot(
             topology=topo, nodes=tuple(nodes), queues=tuple(queues.values()), jobs=tuple(jobs)
         )
         return View(snapshot, excluded, held, _earliest([*wake_nodes, *wake_jobs]), stopping, blocked)
+
+    def _rows_for(
+        self,
+        cache: ClusterCache,
+        topo: Topology,
+        evicting: frozenset[str],
+        quarantined: Mapping[str, int],
+        changed: set[str] | None,
+    ) -> dict[str, _Row]:
+        """Every job's row, in key order: the last build's where nothing it read changed."""
+        rows: dict[str, _Row] = {}
+        last = self._rows
+        for key in sorted(cache.jobs):
+            row = last.get(key) if changed is not None and key not in changed else None
+            if row is None:
+                row = self._row(cache.jobs[key], cache, topo, key in evicting, key in quarantined)
+            rows[key] = row
+        return rows
+
+    def _row(
+        self, job: JobEntry, cache: ClusterCache, topo: Topology, evicting: bool, quarantined: bool
+    ) -> _Row:
+        """The first half of a job's part: whether it is kept out, holds a placement, must stop."""
+        if job.status.phase in FINISHED_PHASES:
+            return _Row(None)
+        memo = self._memo(job, cache, topo, evicting)
+        hold = memo.hold
+        if job.deleting and hold is None:
+            return _Row(None)
+        if hold is not None and finished_gang(job, cache.pods_of(job.key, job.uid)):
+            return _Row(None)  # done, its status not yet written: it holds nothing and waits for nothing
+        if job.spec is None:
+            reason: Exclusion | None = Exclusion("Invalid", job.error or "invalid spec")
+        elif quarantined:
+            reason = Exclusion(QUARANTINED, QUARANTINE_MESSAGE)
+        else:
+            reason = memo.exclusion
+        blocked = None
+        if reason is not None:
+            if hold is None:
+                return _Row(memo, excluded=reason)
+            if not self._modelled_while_held(job, reason):
+                return _Row(None)  # a held job we cannot model: its pods count as someone else's usage
+            # Its queue is gone (or no longer admits it) while it runs: the core still sees it, so
+            # a node failing under it fails it over (docs/api.md, "GPUQueue").
+            blocked = reason
+        spec = job.spec
+        assert spec is not None  # a job without one has a reason above
+        stop = _stop(job, cache)
+        if stop and hold is None:
+            return _Row(memo, excluded=Exclusion(SUSPENDED, SUSPENDED_MESSAGE))
+        stopping = stop if hold is not None and stop and job.status.phase in PLACED_PHASES else ""
+        return _Row(memo, spec, blocked=blocked, stops=bool(stop), stopping=stopping)
+
+    def _size_row(self, job: JobEntry, row: _Row, sized: tuple[int, int, bool], now: float) -> _Row:
+        """The second half of a job's part, for a cluster of `sized` (total GPUs, largest node, any
+        nodes) at `now`: too big for it, or its core Job (and when it changes by time alone)."""
+        memo, spec = row.memo, row.spec
+        assert memo is not None and spec is not None
+        row.sized, row.until, row.too_big, row.wake = sized, float("inf"), None, None
+        hold = memo.hold
+        total_gpus, largest, any_nodes = sized
+        if hold is None and any_nodes:
+            too_big = _too_big(spec, total_gpus, largest)
+            if too_big:
+                row.too_big = Exclusion(PendingCode.EXCEEDS_CAPACITY, too_big)
+                return row
+        not_before = parse_time(job.status.not_before) or 0.0
+        if hold is None and not_before > now:
+            row.wake = row.until = not_before
+        # A held job with no start time in its status yet (an admission in flight) started when it
+        # was assumed; only then does the fallback matter for the Job built.
+        fallback = memo.assumed.started_at if memo.assumed is not None else now
+        timeless = hold is not None and job.status.started_at is None and job.status.admitted_at is None
+        if timeless and memo.assumed is None:
+            row.until = now  # its Job reads the time: derived again every build
+        args = (fallback if timeless else 0.0, not_before)
+        if memo.job is None or memo.job_args != args:
+            workers, cons, _ = self._derive(job, spec)
+            assert workers is not None and cons is not None  # _exclusion rejected bad templates
+            memo.job = _job(job, spec, workers, cons, hold, fallback, not_before, memo.evicting, row.stops)
+            memo.job_args = args
+        return row
+
+    def _verify_rows(self, kept: Mapping[str, _Row], fresh: Mapping[str, _Row]) -> None:
+        """GPUQ_VERIFY_SNAPSHOT: the rows kept from earlier builds must be what deriving gives now."""
+        for key in kept.keys() | fresh.keys():
+            a, b = kept.get(key), fresh.get(key)
+            same = (
+                a is not None
+                and b is not None
+                and (a.memo is None) == (b.memo is None)
+                and (a.memo is None or b.memo is None or a.memo.hold == b.memo.hold)
+                and (a.excluded, a.blocked, a.stops) == (b.excluded, b.blocked, b.stops)
+                and a.stopping == b.stopping
+            )
+            if not same:
+                raise AssertionError(f"snapshot row of {key} kept from an earlier build differs: {a} != {b}")
 
     def _modelled_while_held(self, job: JobEntry, why: Exclusion) -> bool:
         """Whether a job that holds a placement but would be kept out if it waited (its queue was
@@ -625,6 +782,14 @@ def _foreign_usage(cache: ClusterCache, pods: Iterable[str], ours: set[tuple[str
         for k, v in r.extra.items():
             extra[k] = extra.get(k, 0) + v
     return Resources(g, c, m, extra)
+
+
+def _verify_sized(key: str, kept: _Row, fresh: _Row) -> None:
+    """GPUQ_VERIFY_SNAPSHOT: a job's kept second half must be what deriving it gives now."""
+    if (kept.too_big, kept.wake) != (fresh.too_big, fresh.wake) or (
+        kept.memo is not None and fresh.memo is not None and kept.memo.job != fresh.memo.job
+    ):
+        raise AssertionError(f"snapshot row of {key} kept from an earlier build differs: {kept} != {fresh}")
 
 
 def _too_big(spec: TrainingJobSpec, total_gpus: int, largest: int) -> str | None:

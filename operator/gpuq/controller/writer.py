@@ -81,6 +81,9 @@ class Writer:
         self.on_done = on_done
         self.clock = clock
         self.busy: set[str] = set()
+        # Tasks still waiting for the routine budget (nothing sent yet), by key: an admission of
+        # the same job may cancel them (supersede) instead of queueing behind thousands of them.
+        self._budget_waits: dict[str, asyncio.Task[object]] = {}
         self._next: dict[str, Callable[[], Awaitable[object]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._instance = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", "gpuq")
@@ -126,6 +129,31 @@ class Writer:
                 self.busy.discard(key)
             self.on_done()
 
+    def supersede(self, key: str) -> bool:
+        """Make room for urgent work on `key` (an admission): cancel its task if that task is a
+        routine write still waiting for its budget (nothing sent, so nothing half-done), and give
+        the token back. True when the key is now free or will be once the cancelled task unwinds;
+        `submit` then queues the urgent work right behind it."""
+        if key not in self.busy:
+            return True
+        task = self._budget_waits.pop(key, None)
+        if task is None or task.done():
+            return False
+        task.cancel()
+        self.api.routine_limiter.refund()
+        return True
+
+    async def _routine_turn(self, key: str) -> None:
+        """Wait for a token of the routine budget; `supersede` may cancel the wait."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._budget_waits[key] = task
+        try:
+            await self.api.routine_limiter.acquire()
+        finally:
+            if self._budget_waits.get(key) is task:
+                del self._budget_waits[key]
+
     async def drain(self) -> None:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -155,7 +183,10 @@ class Writer:
         that only informs, paced by the client's routine budget (KubeApi.routine_limiter)."""
         if not patch:
             return job
-        limiter = self.api.routine_limiter if routine else None
+        limiter = None
+        if routine:
+            await self._routine_turn(job.key)
+            limiter = kubeapi.PREPAID
         try:
             body = await self.api.merge_patch(
                 kubeapi.job_path(job.namespace, job.name, "status"),

@@ -58,7 +58,10 @@ class IncrementalSchedule:
         self.index: ClusterIndex | None = None
         self.last_delta = 0  # objects the last call applied (0 after a rebuild)
 
-    def __call__(self, snapshot: Snapshot, now: float, config: SchedulerConfig) -> Decisions:
+    def __call__(
+        self, snapshot: Snapshot, now: float, config: SchedulerConfig, *, explain: bool | None = None
+    ) -> Decisions:
+        """`explain`: this call's, instead of the one given at construction."""
         ix = self.index
         if ix is None or ix.config != config:
             ix = self.index = ClusterIndex(snapshot, config)
@@ -69,7 +72,7 @@ class IncrementalSchedule:
             ix.apply(snapshot, nodes=d.nodes, removed_nodes=d.removed_nodes, jobs=d.jobs, removed_jobs=gone)
             self.last_delta = d.size
         try:
-            return schedule(snapshot, now, config, ix, explain=self.explain)
+            return schedule(snapshot, now, config, ix, explain=self.explain if explain is None else explain)
         except Exception:
             self.index = None  # start from a fresh index next time, whatever went wrong
             raise

@@ -1,0 +1,48 @@
+"""Explaining every waiting job is O(waiting jobs): while it is dear, cycles in between only act
+(the same admissions), and an explaining cycle still comes every EXPLAIN_SECONDS."""
+
+from __future__ import annotations
+
+from builders import RecordingWriter
+
+from gpuq.controller import bodies as b
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.loop import EXPLAIN_SECONDS, SchedulingLoop
+from gpuq.controller.metrics import Metrics
+from gpuq.core import SchedulerConfig
+
+QUEUED = {"phase": "Queued", "attempt": 0}
+
+
+async def test_while_explaining_is_dear_cycles_act_and_explain_every_few_seconds() -> None:
+    now = [b.T0]
+    cache = ClusterCache()
+    cache.replace("namespace", [b.namespace("team-a")], "1")
+    cache.replace("node", [b.node("n1")], "1")
+    cache.replace("queue", [b.queue("q", nominal=64)], "1")
+    jobs = [b.job(name, replicas=1, gpus=8, status=QUEUED) for name in ("a", "b", "c")]
+    cache.replace("job", jobs, "1")
+    cache.replace("pod", [], "1")
+    metrics = Metrics()
+    writer = RecordingWriter(cache, metrics)
+    loop = SchedulingLoop(cache, writer, SchedulerConfig(), metrics, clock=lambda: now[0])
+
+    first = loop.cycle()
+    assert [a.job for a in first.admit] == ["team-a/a"]
+    assert {p.job for p in first.pending} == {"team-a/b", "team-a/c"}
+
+    # a runs; a second node joins; explaining had cost a second (12,000 waiting jobs, say).
+    cache.upsert_job(b.job("a", replicas=1, gpus=8, status=b.placed_status(["n1"])))
+    for pod in b.gang_pods("a", ["n1"]):
+        cache.upsert_pod(pod)
+    cache.upsert_node(b.node("n2"))
+    loop._explain_cost = 1.0
+    now[0] = b.T0 + 0.5
+    acting = loop.cycle()
+    assert [a.job for a in acting.admit] == ["team-a/b"]  # the same decision an explaining cycle takes
+    assert acting.pending == ()  # nobody's reason or position recomputed
+    assert loop._timer_at is not None and loop._timer_at <= b.T0 + EXPLAIN_SECONDS + 0.01
+
+    now[0] = b.T0 + EXPLAIN_SECONDS
+    explaining = loop.cycle()
+    assert [p.job for p in explaining.pending] == ["team-a/c"]
