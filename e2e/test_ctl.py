@@ -101,9 +101,11 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
     for name, (_, spec) in expected.items():
         spec = dict(spec)
         gpuq.submit(ns, name, spec.pop("queue"), spec.pop("replicas"), spec.pop("gpus"), **spec)
-    no_containers = gpuq.job_body("notemplate", big, 1, 1)
-    no_containers["spec"]["workers"]["template"] = {"spec": {"containers": []}}
-    gpuq.create_job(ns, no_containers)
+    # The schema refuses a template without containers now; a bad quantity only the operator sees.
+    bad_cpu = gpuq.job_body("notemplate", big, 1, 1)
+    lots = {"name": "trainer", "image": "train:1", "resources": {"requests": {"cpu": "lots"}}}
+    bad_cpu["spec"]["workers"]["template"] = {"spec": {"containers": [lots]}}
+    gpuq.create_job(ns, bad_cpu)
     expected["notemplate"] = ("InvalidPodTemplate", {})
     for name, (code, _) in expected.items():
         wait_for(
