@@ -186,6 +186,9 @@ class ClusterCache:
 
     def _touch(self, job: str) -> None:
         self.touched.add(job)
+        self._tell_job_sinks(job)
+
+    def _tell_job_sinks(self, job: str) -> None:
         for sink in self._job_sinks:
             sink.add(job)
 
@@ -271,8 +274,7 @@ class ClusterCache:
         assumed = self.assumed.get(entry.key)
         if assumed is not None and entry.status.attempt >= assumed.attempt:
             del self.assumed[entry.key]  # the API now records the admission (or a later one)
-            for sink in self._job_sinks:
-                sink.add(entry.key)
+            self._tell_job_sinks(entry.key)
         self._store(self.jobs, "job", entry.key, body, entry)
 
     def delete_job(self, body: Mapping[str, Any]) -> None:
@@ -281,8 +283,7 @@ class ClusterCache:
         if self._forget_object("job", key, body) and (gone := self.jobs.pop(key, None)) is not None:
             self.assumed.pop(key, None)
             self.deleted_jobs[gone.uid] = key
-            for sink in self._job_sinks:
-                sink.add(key)
+            self._tell_job_sinks(key)
             self._changed()
 
     def assume(
@@ -299,14 +300,12 @@ class ClusterCache:
         lets its status wait longer for Running (gpuq.controller.record)."""
         delay = status_delay(max(len(self.assumed), decided_with))
         self.assumed[job] = Assumed(attempt, placement, now, note, delay)
-        for sink in self._job_sinks:
-            sink.add(job)
+        self._tell_job_sinks(job)
         self._changed()
 
     def forget(self, job: str) -> None:
         if self.assumed.pop(job, None) is not None:
-            for sink in self._job_sinks:
-                sink.add(job)
+            self._tell_job_sinks(job)
             self._changed()
 
     # -- pods ---------------------------------------------------------------------------------

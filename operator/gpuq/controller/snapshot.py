@@ -537,7 +537,9 @@ class SnapshotBuilder:
             if row.sized != sized or now >= row.until:
                 self._size_row(cache.jobs[key], row, sized, now)
             elif self.verify:
-                _verify_sized(key, row, self._size_row(cache.jobs[key], replace(row), sized, now))
+                # On a copy whose Job is built afresh: the kept memo must not vouch for itself.
+                fresh = replace(row, memo=replace(row.memo, job=None) if row.memo is not None else None)
+                _verify_sized(key, row, self._size_row(cache.jobs[key], fresh, sized, now))
             if row.too_big is not None:
                 excluded[key] = row.too_big
                 continue
@@ -786,9 +788,10 @@ def _foreign_usage(cache: ClusterCache, pods: Iterable[str], ours: set[tuple[str
 
 def _verify_sized(key: str, kept: _Row, fresh: _Row) -> None:
     """GPUQ_VERIFY_SNAPSHOT: a job's kept second half must be what deriving it gives now."""
-    if (kept.too_big, kept.wake) != (fresh.too_big, fresh.wake) or (
-        kept.memo is not None and fresh.memo is not None and kept.memo.job != fresh.memo.job
-    ):
+    # Its Job counts only when it is in the snapshot (a job too big keeps an older, unused one).
+    kept_job = kept.memo.job if kept.memo is not None and kept.too_big is None else None
+    fresh_job = fresh.memo.job if fresh.memo is not None and fresh.too_big is None else None
+    if (kept.too_big, kept.wake, kept_job) != (fresh.too_big, fresh.wake, fresh_job):
         raise AssertionError(f"snapshot row of {key} kept from an earlier build differs: {kept} != {fresh}")
 
 
