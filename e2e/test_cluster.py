@@ -227,6 +227,22 @@ def test_second_cluster_runs_beside_the_first_and_down_leaves_nothing(cluster: E
 
 
 @needs_devcluster
+def test_a_component_restarted_by_another_handle_is_restarted_not_doubled() -> None:
+    """`gpuq cluster up --scheduler-extender` on a running cluster restarts kube-scheduler from another
+    process; a handle opened before must stop that one, not start a second that cannot bind its port."""
+    side = Cluster.up(f"e2e-stale-{os.getpid()}", tiny(), tie_to_process=True)
+    try:
+        Cluster.attach(side.name).restart_component("kube-scheduler")
+        side.restart_component("kube-scheduler")  # its own record names the process stopped above
+        schedulers = [p for p in processes_under(side.paths.root) if "kube-scheduler " in p]
+        assert len(schedulers) == 1, schedulers
+        assert side.status().healthy
+    finally:
+        side.down()
+    assert not processes_under(side.paths.root)
+
+
+@needs_devcluster
 def test_port_clash_is_one_clear_error_and_leaves_nothing_running() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -185,6 +185,12 @@ class Cluster:
         pki = Pki(self.paths.pki)
         return Rest(self.server, pki.ca, pki.client("admin"), timeout=timeout)
 
+    def _reread(self) -> None:
+        """Take the state file again before acting on the processes: another handle (`gpuq cluster up
+        --scheduler-extender` on this running cluster) may have restarted a component since."""
+        with contextlib.suppress(OSError, ValueError):
+            self.state = json.loads(self.paths.state.read_text())
+
     def _save(self) -> None:
         tmp = self.paths.state.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.state, indent=2))
@@ -459,6 +465,7 @@ class Cluster:
     def down(self, keep_logs: bool = False) -> None:
         """Stop every process of this cluster and delete its state (logs too unless keep_logs)."""
         with _locked(self.name):
+            self._reread()
             stop_all(list(reversed(self.processes)))
             if keep_logs:
                 for child in self.paths.root.iterdir():
@@ -486,6 +493,7 @@ class Cluster:
         """Stop a component and start it again (SIGTERM, SIGKILL after 5 s), optionally with some
         `--flag=value`s replaced or added; returns once the API server answers /readyz again (for the
         API server, etcd and kwok alike: nothing else can be checked without it)."""
+        self._reread()
         old = self._record(component)
         stop(old)
         argv = [a for a in old.argv if not any(a.startswith(f"--{f}=") for f in set_flags or {})]
