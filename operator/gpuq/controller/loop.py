@@ -45,7 +45,6 @@ COSMETIC_WRITES_PER_SECOND = 5.0
 BUSY_RETRY_SECONDS = 1.0  # a pending job's status update skipped while a write for it runs
 
 
-
 class ScheduleFn(Protocol):
     """gpuq.core.schedule's signature (IncrementalSchedule keeps its index between calls)."""
 
