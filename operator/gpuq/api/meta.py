@@ -35,6 +35,21 @@ ANNOTATION_CREATED_BY = "gpuq.dev/created-by"
 # as the API server authenticated it, so `gpuq doctor` checks the permissions of that very identity.
 ANNOTATION_LEADER_USER = "gpuq.dev/leader-user"
 ANNOTATION_LEADER_GROUPS = "gpuq.dev/leader-groups"
+# On the owner of a gang gpuq did not create (an Indexed Job, a PyTorchJob): docs/existing-workloads.md.
+# Its queue is LABEL_QUEUE (the opt-in); the rest default as a TrainingJob's spec fields do.
+LABEL_PRIORITY = "gpuq.dev/priority"
+LABEL_PREEMPTIBLE = "gpuq.dev/preemptible"
+ANNOTATION_MIN_RUNTIME = "gpuq.dev/min-runtime-seconds"
+ANNOTATION_MAX_RESTARTS = "gpuq.dev/max-restarts"
+ANNOTATION_CHECKPOINT_GRACE = "gpuq.dev/checkpoint-grace-seconds"
+ANNOTATION_TOPOLOGY_LEVEL = "gpuq.dev/topology-level"
+ANNOTATION_TOPOLOGY_MODE = "gpuq.dev/topology-mode"
+# Kueue's pod-template annotations for the same (value: the node label of a topology level).
+KUEUE_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+# Set with `suspend: true` when gpuq suspends an owner to evict its gang (it resumes it itself);
+# a suspend without it is the user's.
+ANNOTATION_SUSPENDED_BY = "gpuq.dev/suspended-by"
 # Annotations: a checkpoint report ({"step", "path", "time"}) on a job or its pods, and the
 # operator's request for one (RFC 3339 time of the request) on the pods of a preemption victim.
 # (defined in gpuq.sdk.protocol, standard library only, so worker images need no operator dependencies)
