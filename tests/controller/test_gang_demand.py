@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
 
 from gpuq.api import meta
 from gpuq.api.trainingjob import TrainingJobSpec
-from gpuq.controller.gangs import indexed_job, pytorchjob
+from gpuq.controller.gangs import indexed_job, pytorchjob, resolve
 from gpuq.controller.gangs.demand import GangCode
 from gpuq.core.model import TopologyMode
 
@@ -224,3 +225,82 @@ def test_pytorchjobs_gpuq_cannot_run_as_one_gang_are_refused() -> None:
         assert says in d.error.message, (says, d.error.message)
     fixed = pytorch(elasticPolicy={"minReplicas": 4, "maxReplicas": 4})
     assert pytorchjob.demand(fixed, LEVELS).spec is not None
+
+
+# -- which gang a pod belongs to ------------------------------------------------------------------
+
+
+def owned_pod(
+    kind: str = "Job", api: str = "batch/v1", owner: str = "llama", uid: str = "u-1", **labels: str
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{owner}-0",
+            "namespace": "team-a",
+            "labels": labels,
+            "ownerReferences": [
+                {"apiVersion": api, "kind": kind, "name": owner, "uid": uid, "controller": True},
+            ],
+        },
+        "spec": {"schedulerName": "gpuq"},
+    }
+
+
+def owners(*bodies: dict[str, Any]) -> Any:
+    table = {(b["kind"], b["metadata"]["namespace"], b["metadata"]["name"]): b for b in bodies}
+    return lambda kind, ns, name: table.get((kind, ns, name))
+
+
+def with_uid(body: dict[str, Any], uid: str) -> dict[str, Any]:
+    body["metadata"]["uid"] = uid
+    return body
+
+
+def test_a_job_pod_belongs_to_its_jobs_gang_at_its_completion_index() -> None:
+    pod = owned_pod(**{indexed_job.COMPLETION_INDEX: "2"})
+    got = resolve.resolve(pod, owners(with_uid(job(), "u-1")))
+    assert got == resolve.Member("team-a/job.llama", "u-1", 2)
+    assert resolve.is_candidate(pod)
+
+
+def test_a_pytorchjob_pod_belongs_to_its_gang_after_the_master() -> None:
+    pod = owned_pod(
+        "PyTorchJob", "kubeflow.org/v1", "bert", "u-2",
+        **{pytorchjob.REPLICA_TYPE: "worker", pytorchjob.REPLICA_INDEX: "1"},
+    )  # fmt: skip
+    got = resolve.resolve(pod, owners(with_uid(pytorch(), "u-2")))
+    assert got == resolve.Member("team-a/pytorchjob.bert", "u-2", 2)
+    no_master = with_uid(pytorch(master=None, workers=2), "u-2")
+    assert resolve.resolve(pod, owners(no_master)) == resolve.Member("team-a/pytorchjob.bert", "u-2", 1)
+
+
+def test_gang_keys_never_collide_with_trainingjob_keys() -> None:
+    assert resolve.gang_key("ns", "Job", "llama") == "ns/job.llama"
+    assert not re.match(meta.DNS_LABEL_PATTERN, "job.llama")  # a TrainingJob name cannot hold a dot
+
+
+def test_pods_that_belong_to_no_gang_say_why() -> None:
+    bare = owned_pod()
+    bare["metadata"]["ownerReferences"] = []
+    cases = [
+        (bare, owners(), resolve.StrayCode.NO_OWNER, "no controller"),
+        (
+            owned_pod("ReplicaSet", "apps/v1", "web"),
+            owners(),
+            resolve.StrayCode.UNKNOWN_OWNER_KIND,
+            "ReplicaSet",
+        ),
+        (owned_pod(), owners(), resolve.StrayCode.MISSING_QUEUE, f"no {meta.LABEL_QUEUE} label"),
+        (owned_pod(), owners(with_uid(job(), "u-9")), resolve.StrayCode.NO_OWNER, "is gone"),
+        (owned_pod(), owners(with_uid(job(), "u-1")), resolve.StrayCode.NO_RANK, "no rank"),
+    ]
+    for pod, lookup, code, says in cases:
+        got = resolve.resolve(pod, lookup)
+        assert isinstance(got, resolve.Stray) and got.code is code and says in got.message, (code, got)
+
+
+def test_only_pods_asking_for_gpuq_and_not_a_trainingjobs_are_candidates() -> None:
+    other = owned_pod()
+    other["spec"]["schedulerName"] = "default-scheduler"
+    ours = owned_pod(**{meta.LABEL_JOB_NAME: "train"})
+    assert not resolve.is_candidate(other) and not resolve.is_candidate(ours)
