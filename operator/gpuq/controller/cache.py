@@ -11,8 +11,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+from gpuq.api import meta
+from gpuq.controller.gangs.resolve import KINDS, Kind, is_candidate
+from gpuq.controller.gangs.table import GangTable, OwnerEntry
 from gpuq.controller.nodehealth import with_history
 from gpuq.controller.objects import (
     JobEntry,
@@ -64,6 +68,16 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}
 
 
+def owner_kind(kind: Kind) -> str:
+    """The informer kind (and cache table) of an owner kind: `owner:Job`, `owner:PyTorchJob`."""
+    return f"owner:{kind.kind}"
+
+
+def _int_annotation(md: Mapping[str, Any], key: str) -> int | None:
+    raw = (md.get("annotations") or {}).get(key)
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
+
+
 class ClusterCache:
     def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
         self.nodes: dict[str, NodeEntry] = {}
@@ -90,6 +104,7 @@ class ClusterCache:
         self._tombstones: OrderedDict[str, None] = OrderedDict()
         self.on_change = on_change
         self.changes = 0  # bumped on every change that matters to scheduling
+        self.gangs = GangTable()  # owners of gangs gpuq did not create, and pods waiting for them
 
     # -- generic bookkeeping -------------------------------------------------------------------
     def _accept(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
@@ -137,6 +152,14 @@ class ClusterCache:
             "namespace": (self.namespaces, self.upsert_namespace, self.delete_namespace),
             "job": (self.jobs, self.upsert_job, self.delete_job),
             "pod": (self.pods, self.upsert_pod, self.delete_pod),
+            **{
+                owner_kind(k): (
+                    self.gangs.owners[k.kind],
+                    partial(self.upsert_owner, k),
+                    partial(self.delete_owner, k),
+                )
+                for k in KINDS.values()
+            },
         }
 
     def apply(self, kind: str, event_type: str, body: Mapping[str, Any]) -> None:
@@ -308,9 +331,52 @@ class ClusterCache:
             self._tell_job_sinks(job)
             self._changed()
 
+    # -- owners of gangs gpuq did not create (Indexed Jobs, PyTorchJobs) -----------------------
+    def upsert_owner(self, kind: Kind, body: Mapping[str, Any]) -> None:
+        md = _meta(body)
+        if not self._accept(owner_kind(kind), f"{md['namespace']}/{md['name']}", body):
+            return
+        owner, claimed = self.gangs.put_owner(kind, body)
+        self._store_gang(owner)
+        for pod in claimed:  # pods seen before their owner
+            self.upsert_pod(pod)
+
+    def delete_owner(self, kind: Kind, body: Mapping[str, Any]) -> None:
+        md = _meta(body)
+        key = f"{md['namespace']}/{md['name']}"
+        if not self._forget_object(owner_kind(kind), key, body):
+            return
+        owner = self.gangs.drop_owner(kind, key)
+        if owner is not None and self.jobs.pop(owner.gang, None) is not None:
+            # Its pods go with it (garbage collection): they are not orphans gpuq deletes.
+            self.assumed.pop(owner.gang, None)
+            self._tell_job_sinks(owner.gang)
+            self._changed()
+
+    def _store_gang(self, owner: OwnerEntry) -> None:
+        entry = self.gangs.job_entry(owner)
+        if self.jobs.get(owner.gang) != entry:
+            self.jobs[owner.gang] = entry
+            self._touch(owner.gang)
+            self._changed()
+
+    def set_topology_labels(self, labels: Mapping[str, str]) -> None:
+        """The scheduler config's node label per topology level (gangs may name a level by it)."""
+        if dict(labels) != dict(self.gangs.topology_labels):
+            self.gangs.topology_labels = dict(labels)
+            for table in self.gangs.owners.values():
+                for owner in table.values():
+                    self._store_gang(owner)
+
     # -- pods ---------------------------------------------------------------------------------
     def upsert_pod(self, body: Mapping[str, Any]) -> None:
         entry = parse_pod(body)
+        if entry.job is None and is_candidate(body):
+            member = self.gangs.resolve_pod(entry.key, body)
+            if member is not None:
+                entry.job, entry.owner_uid, entry.rank = member.gang, member.owner_uid, member.rank
+                # gpuq writes the attempt with its binding (the owner's controller named the pod).
+                entry.attempt = _int_annotation(_meta(body), meta.LABEL_ATTEMPT)
         if entry.job is None and entry.node_name is None and entry.key not in self.pods:
             return  # neither ours nor holding node resources: nothing the scheduler needs
         if not self._accept("pod", entry.key, body):
@@ -333,6 +399,7 @@ class ClusterCache:
         key = f"{md['namespace']}/{md['name']}"
         if not self._forget_object("pod", key, body):
             return
+        self.gangs.drop_pod(key)
         entry = self.pods.pop(key, None)
         if entry is None:
             return

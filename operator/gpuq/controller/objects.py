@@ -106,6 +106,8 @@ class JobEntry:
     # The version this entry was read at: status writes computed from it are conditional on it.
     # Not compared: a new version alone changes nothing the scheduler looks at.
     resource_version: str = field(default="", compare=False)
+    # None: a TrainingJob. Else the kind of the owner whose gang this is (gpuq.controller.gangs).
+    source: str | None = None
 
     @property
     def key(self) -> str:

@@ -1,0 +1,91 @@
+"""The cache's part for gangs gpuq did not create: their owners, the pods that wait for an owner to
+be seen (an owner's watch event may come after its pods'), and the JobEntry a gang is scheduled as.
+No I/O; ClusterCache calls it from its informer sink."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuq.api.trainingjob import TrainingJobStatus
+from gpuq.controller.gangs.demand import mapping
+from gpuq.controller.gangs.resolve import KINDS, Kind, Member, Stray, gang_key, resolve
+from gpuq.controller.objects import JobEntry, parse_time
+
+
+@dataclass(slots=True)
+class OwnerEntry:
+    kind: Kind
+    namespace: str
+    name: str
+    uid: str
+    body: Mapping[str, Any]
+
+    @property
+    def gang(self) -> str:
+        return gang_key(self.namespace, self.kind.kind, self.name)
+
+
+class GangTable:
+    def __init__(self) -> None:
+        self.owners: dict[str, dict[str, OwnerEntry]] = {k.kind: {} for k in KINDS.values()}
+        self.strays: dict[str, Stray] = {}  # pod key -> why it belongs to no gang (yet)
+        self._waiting: dict[str, Mapping[str, Any]] = {}  # pod key -> body, for strays an owner may claim
+        # Node label -> topology level name (the scheduler config's levels): Kueue's topology
+        # annotations name a node label.
+        self.topology_labels: Mapping[str, str] = {}
+
+    def owner_of(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        owner = self.owners.get(kind, {}).get(f"{namespace}/{name}")
+        return owner.body if owner is not None else None
+
+    def put_owner(self, kind: Kind, body: Mapping[str, Any]) -> tuple[OwnerEntry, list[Mapping[str, Any]]]:
+        """Store an owner; returns it and the bodies of the stray pods it may claim now."""
+        md = mapping(body.get("metadata"))
+        owner = OwnerEntry(
+            kind, str(md.get("namespace", "")), str(md.get("name", "")), str(md.get("uid", "")), body
+        )
+        self.owners[kind.kind][f"{owner.namespace}/{owner.name}"] = owner
+        claimed = [
+            self._waiting[key]
+            for key, stray in self.strays.items()
+            if stray.owner is not None and stray.owner.uid == owner.uid and key in self._waiting
+        ]
+        return owner, claimed
+
+    def drop_owner(self, kind: Kind, key: str) -> OwnerEntry | None:
+        return self.owners[kind.kind].pop(key, None)
+
+    def resolve_pod(self, key: str, body: Mapping[str, Any]) -> Member | None:
+        """The pod's gang, or None (then `strays` says why, until the pod or its owner changes)."""
+        found = resolve(body, self.owner_of)
+        if isinstance(found, Stray):
+            self.strays[key] = found
+            self._waiting[key] = body
+            return None
+        self.drop_pod(key)
+        return found
+
+    def drop_pod(self, key: str) -> None:
+        self.strays.pop(key, None)
+        self._waiting.pop(key, None)
+
+    def job_entry(self, owner: OwnerEntry) -> JobEntry:
+        """The gang as the scheduler sees a job: the owner's demand as its spec. (Its status will
+        live in a record of its own; until then it is a fresh one.)"""
+        demand = owner.kind.demand(owner.body, self.topology_labels)
+        md = mapping(owner.body.get("metadata"))
+        generation = md.get("generation", 0)
+        return JobEntry(
+            namespace=owner.namespace,
+            name=owner.gang.split("/", 1)[1],
+            uid=owner.uid,
+            created_at=parse_time(md.get("creationTimestamp")) or 0.0,
+            spec=demand.spec,
+            status=TrainingJobStatus(),
+            generation=generation if isinstance(generation, int) else 0,
+            error=f"{demand.error.code}: {demand.error.message}" if demand.error is not None else None,
+            deleting=md.get("deletionTimestamp") is not None,
+            source=owner.kind.kind,
+        )
