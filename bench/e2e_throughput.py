@@ -36,8 +36,9 @@ and flapped NotReady under every burst (302 NodeNotReady Events in one gpuq phas
 every phase and tainted nodes mid-drain.
 Client limits: kube-scheduler runs with 200 qps, burst 400 (the dev cluster raises its 50/100
 defaults so a burst of fake nodes and pods is not bound by them; it only binds, the pool creates its
-pods), gpuq with its defaults, the same 200/400 (it creates the pods, writes job status and
-places); the pool's clients are unlimited.
+pods), kube-controller-manager (the Job controller) and Kueue's manager with the same 200/400
+(Kueue's default is 50/100), gpuq with its defaults, the same 200/400 (it creates the pods, writes
+job status and places); the pool's clients are unlimited.
 Order: raw, scheduler, jobs, kueue, gpuq, kueue, jobs, scheduler, raw. The store only grows during
 a run, so each baseline runs once before and once after gpuq and the mean of the two is compared
 (neither side gets the emptier API server). Each phase starts once the API server takes fewer than
@@ -669,7 +670,9 @@ def main(argv: list[str] | None = None) -> int:
             if kueue_build is None:
                 return
             ns = f"bench-kueue-{k}"
-            stack = KueueStack(kueue_build, kubectl, dev.kubeconfig, work / f"kueue-{k}")
+            stack = KueueStack(
+                kueue_build, kubectl, dev.kubeconfig, work / f"kueue-{k}", config=kueue_stack.BENCH_CLIENT
+            )
             path = KueuePath(api, stack, ns, sum(r * g for r, g in mix), held=backlog)
             path.up()
             kueues.append(phase(dev, lambda: measure_kueue(dev, path, mix, args.timeout, backlog)))

@@ -10,6 +10,9 @@ its pods are bound), submit-to-bound p50/p99 (likewise), the operator's API answ
 its CPU seconds and peak RSS. The job mix fits the cluster at once (mostly 1 GPU, some 2-GPU and
 2x4 gangs), so every job must be admitted; jobs never finish.
 
+Kueue's manager gets the client budget of the cluster's own controllers, 200 qps / burst 400
+(its default, 50/100, would hold it back and flatter gpuq), as does gpuq by default.
+
 The nodes renew their Leases every 10 s (Kubernetes' defaults: lease 40 s, grace 50 s), not the
 dev cluster's 1.5 s, so that 1,024 heartbeats do not drown the API server.
 
@@ -55,7 +58,7 @@ from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
 from gpuq.devcluster import Cluster, Shape, ensure_binaries
 from gpuq.devcluster.components import UPSTREAM_TIMING
 from gpuq.peers.kueue_binaries import KueueBuild, ensure_kueue
-from gpuq.peers.kueue_stack import APISERVER_ARGS, KueueStack
+from gpuq.peers.kueue_stack import APISERVER_ARGS, BENCH_CLIENT, KueueStack
 from gpuq.sim.metrics import percentile
 
 MIX = ((1, 1, 0.85), (1, 2, 0.10), (2, 4, 0.05))  # (replicas, GPUs per worker, share): 1.45 GPUs a job
@@ -161,6 +164,7 @@ def spike_kueue(
         ensure_binaries() / "kubectl",
         dev.kubeconfig,
         Path(tempfile.mkdtemp(prefix="gpuq-bench-spike-kueue-")),
+        config=BENCH_CLIENT,
     )
     path = KueuePath(api, stack, ns, gpus, held=False)
     path.up()

@@ -35,12 +35,17 @@ from typing import Any
 import yaml
 
 from gpuq.devcluster.errors import DevClusterError
+from gpuq.devcluster.processes import die_with_parent
 from gpuq.devcluster.testing import wait_for
 from gpuq.peers.kueue_binaries import KueueBuild
 
 NAMESPACE = "kueue-system"
 # The API server must route webhooks and aggregated APIs through endpoints (see the module doc).
 APISERVER_ARGS = ("--enable-aggregator-routing=true",)
+# The client budget the benches give every controller on the dev cluster (kube-scheduler,
+# kube-controller-manager, gpuq's default): Kueue's own default, 50 qps / burst 100, would hold its
+# admissions below what the API server takes here and flatter gpuq.
+BENCH_CLIENT = {"clientConnection": {"qps": 200, "burst": 400}}
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PODSET_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 PODSET_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -160,7 +165,10 @@ class KueueStack:
         cmd = [str(self.build.manager), f"--config={config_path}", f"--kubeconfig={self.kubeconfig}", *args]
         say(f"kueue: starting the manager ({' '.join(args)}; webhooks at {address}:{self.ports['webhook']})")
         with (self.work / "kueue-manager.log").open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            # Tied to this process: a bench killed mid-run must not leave Kueue's manager behind.
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+            )
         try:
             wait_for(self._ready, timeout, "Kueue's manager ready and its webhooks answering", 0.5)
         except TimeoutError:
