@@ -171,7 +171,9 @@ def spike_kueue(
     try:
         return run_spike(path.core, ns, mix, threads, timeout, path.submit)
     finally:
-        path.down()
+        # The last phase: the cluster goes next, so only the manager is stopped (deleting 5,000
+        # Jobs in one call outlasts the API server's request timeout and would lose the figures).
+        stack.down()
 
 
 def run_spike(
