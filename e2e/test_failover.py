@@ -21,6 +21,7 @@ from gpuq import sdk
 from gpuq.api import meta
 from gpuq.controller.testing import GpuqClient, OperatorProcess
 from gpuq.devcluster.components import SA_ISSUER
+from gpuq.devcluster.shape import GPU_RESOURCE
 from gpuq.devcluster.testing import E2ECluster, wait_for
 from gpuq.sdk.rbac import worker_rbac
 
@@ -74,18 +75,43 @@ def not_ready_at(cluster: E2ECluster, node: str) -> float:
 
 
 def steady_nodes(cluster: E2ECluster) -> list[str]:
-    """Nodes that never turned NotReady since they joined (other tests fail nodes, and a node the
-    operator saw flap takes no new work for a while)."""
+    """GPU nodes that never turned NotReady since they joined (other tests fail nodes, and a node
+    the operator saw flap takes no new work for a while). Not kind's own node: it has no GPUs."""
     out = []
+    gpu_nodes = set(cluster.node_names)
     for nd in cluster.core.list_node().items:
         ready = next(c for c in nd.status.conditions if c.type == "Ready")
         if (
-            ready.status == "True"
+            nd.metadata.name in gpu_nodes
+            and ready.status == "True"
             and (ready.last_transition_time - nd.metadata.creation_timestamp).total_seconds() < 60
         ):
             out.append(nd.metadata.name)
     assert len(out) >= 2, "no two nodes that never failed"
     return sorted(out)
+
+
+def idle_steady_nodes(cluster: E2ECluster, count: int = 2, timeout: float = 90) -> list[str]:
+    """`count` steady nodes without live GPU pods: a gang of the previous test may still be leaving
+    its nodes (on kind, its pods take a while to terminate), and a test that pins jobs needs them
+    empty. (kind's DaemonSet pods run on every node and take no GPU.)"""
+
+    def takes_gpus(pod: Any) -> bool:
+        return any(
+            GPU_RESOURCE in ((c.resources.limits or {}) | (c.resources.requests or {}))
+            for c in pod.spec.containers
+        )
+
+    def idle() -> list[str]:
+        busy = {
+            p.spec.node_name
+            for p in cluster.core.list_pod_for_all_namespaces().items
+            if p.spec.node_name and p.status.phase not in ("Succeeded", "Failed") and takes_gpus(p)
+        }
+        return [n for n in steady_nodes(cluster) if n not in busy]
+
+    wait_for(lambda: len(idle()) >= count, timeout, f"{count} steady nodes without pods")
+    return idle()[-count:]
 
 
 def condition_time(gpuq: GpuqClient, ns: str, job: str, type_: str) -> float:
@@ -319,7 +345,7 @@ def test_a_preemption_that_buys_nothing_is_called_off(
     still evicted 60 s later and re-admitted on the same nodes. Here the room comes free by a job
     ending rather than a node recovering (the rule is the same): the preemption is called off,
     the request annotation goes, the victim runs on in its first attempt."""
-    spare, home = steady_nodes(cluster)[-2:]
+    spare, home = idle_steady_nodes(cluster)
     q = queue(64)
     gpuq.create_job(ns, pinned_job(gpuq, "busy", q, 1, [spare], priority=20))
     phase(gpuq, operator, ns, "busy", "Running")
