@@ -147,3 +147,13 @@ def test_the_topology_level_follows_the_configs_labels() -> None:
     c.set_topology_labels({"gpuq.dev/rack": "rack"})
     spec = c.jobs["team-a/job.llama"].spec
     assert spec is not None and spec.topology.level == "rack"
+
+
+def test_a_bound_gang_pod_takes_its_attempt_from_the_annotation_gpuq_binds_with() -> None:
+    c = cache()
+    c.apply("owner:Job", "ADDED", job())
+    bound = pod(0, node="gpu-0")
+    bound["metadata"]["annotations"] = {meta.LABEL_ATTEMPT: "3"}
+    c.apply("pod", "ADDED", bound)
+    entry = c.pods["team-a/llama-0"]
+    assert (entry.job, entry.rank, entry.attempt, entry.node_name) == ("team-a/job.llama", 0, 3, "gpu-0")

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from gpuq.api import meta
 from gpuq.controller.gangs.resolve import KINDS, Kind, is_candidate
 from gpuq.controller.gangs.table import GangTable, OwnerEntry
 from gpuq.controller.nodehealth import with_history
@@ -73,11 +72,6 @@ def owner_kind(kind: Kind) -> str:
     return f"owner:{kind.kind}"
 
 
-def _int_annotation(md: Mapping[str, Any], key: str) -> int | None:
-    raw = (md.get("annotations") or {}).get(key)
-    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
-
-
 class ClusterCache:
     def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
         self.nodes: dict[str, NodeEntry] = {}
@@ -105,6 +99,7 @@ class ClusterCache:
         self.on_change = on_change
         self.changes = 0  # bumped on every change that matters to scheduling
         self.gangs = GangTable()  # owners of gangs gpuq did not create, and pods waiting for them
+        self._sinks = self._kinds()  # built once: apply() runs for every watch event
 
     # -- generic bookkeeping -------------------------------------------------------------------
     def _accept(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
@@ -163,7 +158,7 @@ class ClusterCache:
         }
 
     def apply(self, kind: str, event_type: str, body: Mapping[str, Any]) -> None:
-        _, upsert, delete = self._kinds()[kind]
+        _, upsert, delete = self._sinks[kind]
         (delete if event_type == "DELETED" else upsert)(body)
 
     def replace(
@@ -172,7 +167,7 @@ class ClusterCache:
         """A full list of `kind` (in namespace `scope`, if set) at `resource_version`: what it lacks
         was deleted meanwhile, unless the cache holds a later version (a write of ours that the list
         predates)."""
-        table, upsert, delete = self._kinds()[kind]
+        table, upsert, delete = self._sinks[kind]
         listed: set[str] = set()
         for body in bodies:
             md = _meta(body)
@@ -375,8 +370,6 @@ class ClusterCache:
             member = self.gangs.resolve_pod(entry.key, body)
             if member is not None:
                 entry.job, entry.owner_uid, entry.rank = member.gang, member.owner_uid, member.rank
-                # gpuq writes the attempt with its binding (the owner's controller named the pod).
-                entry.attempt = _int_annotation(_meta(body), meta.LABEL_ATTEMPT)
         if entry.job is None and entry.node_name is None and entry.key not in self.pods:
             return  # neither ours nor holding node resources: nothing the scheduler needs
         if not self._accept("pod", entry.key, body):

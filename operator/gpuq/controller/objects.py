@@ -254,9 +254,9 @@ def parse_job(body: Mapping[str, Any]) -> JobEntry:
     )
 
 
-def _int_label(labels: Mapping[str, str], key: str) -> int | None:
+def _int_value(values: Mapping[str, str], key: str) -> int | None:
     try:
-        return int(labels[key])
+        return int(values[key])
     except (KeyError, ValueError):
         return None
 
@@ -294,8 +294,10 @@ def parse_pod(body: Mapping[str, Any]) -> PodEntry:
         owner_uid=next(
             (o.get("uid") for o in md.get("ownerReferences") or [] if o.get("kind") == "TrainingJob"), None
         ),
-        attempt=_int_label(labels, meta.LABEL_ATTEMPT),
-        rank=_int_label(labels, meta.LABEL_RANK),
+        # A TrainingJob's pods carry their attempt as a label; pods gpuq binds for another owner get it
+        # as an annotation with the binding (gpuq.controller.gangs).
+        attempt=_int_value(labels if job_name else annotations, meta.LABEL_ATTEMPT),
+        rank=_int_value(labels, meta.LABEL_RANK),
         checkpoint=checkpoint,
         checkpoint_requested=annotations.get(meta.ANNOTATION_CHECKPOINT_REQUESTED),
         created_by=annotations.get(meta.ANNOTATION_CREATED_BY),

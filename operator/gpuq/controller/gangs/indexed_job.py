@@ -56,3 +56,8 @@ def rank(pod: Mapping[str, Any]) -> int | None:
         if isinstance(raw, str) and raw.isdigit():
             return int(raw)
     return None
+
+
+def rank_in(pod: Mapping[str, Any], owner: Mapping[str, Any]) -> int | None:
+    """`rank` (a Job's pods say their index themselves)."""
+    return rank(pod)

@@ -43,10 +43,19 @@ def _heterogeneous(replicas: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _counts(replicas: Mapping[str, Any]) -> dict[str, Any]:
+    """Replicas per type present (1 where a type leaves it unset, as the training-operator does)."""
+    return {t: mapping(replicas.get(t)).get("replicas", 1) for t in TYPES if t in replicas}
+
+
+def _replicas(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return mapping(mapping(body.get("spec")).get("pytorchReplicaSpecs"))
+
+
 def demand(body: Mapping[str, Any], levels_by_label: Mapping[str, str]) -> GangDemand:
     md, spec = mapping(body.get("metadata")), mapping(body.get("spec"))
     name = f"PyTorchJob {md.get('namespace', '')}/{md.get('name', '')}"
-    replicas = mapping(spec.get("pytorchReplicaSpecs"))
+    replicas = _replicas(body)
     other = sorted(set(replicas) - set(TYPES))
     if other or not replicas:
         what = f"replica types {', '.join(other)}" if other else "no pytorchReplicaSpecs"
@@ -58,7 +67,7 @@ def demand(body: Mapping[str, Any], levels_by_label: Mapping[str, str]) -> GangD
             f"{name} is elastic (minReplicas {elastic.get('minReplicas')}, maxReplicas "
             f"{elastic.get('maxReplicas')}): a gang has one size",
         )
-    counts = {t: mapping(replicas.get(t)).get("replicas", 1) for t in TYPES if t in replicas}
+    counts = _counts(replicas)
     if any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in counts.values()):
         return GangDemand.refused(GangCode.INVALID, f"{name}: replicas must be whole numbers >= 0")
     if counts.get("Master", 0) > 1:
@@ -90,3 +99,9 @@ def rank(pod: Mapping[str, Any], masters: int) -> int | None:
     if kind == "worker":
         return masters + int(index)
     return None
+
+
+def rank_in(pod: Mapping[str, Any], owner: Mapping[str, Any]) -> int | None:
+    """`rank` of a pod of the PyTorchJob `owner`."""
+    masters = _counts(_replicas(owner)).get("Master", 0)
+    return rank(pod, masters if isinstance(masters, int) else 0)

@@ -27,22 +27,11 @@ class Kind:
     rank: Callable[[Mapping[str, Any], Mapping[str, Any]], int | None]  # (pod, owner body) -> rank
 
 
-def _pytorch_rank(pod: Mapping[str, Any], owner: Mapping[str, Any]) -> int | None:
-    replicas = mapping(mapping(owner.get("spec")).get("pytorchReplicaSpecs"))
-    masters = mapping(replicas.get("Master")).get("replicas", 1) if "Master" in replicas else 0
-    return pytorchjob.rank(pod, masters if isinstance(masters, int) else 0)
-
-
 KINDS: dict[tuple[str, str], Kind] = {
     (k.api_version, k.kind): k
     for k in (
-        Kind(
-            indexed_job.API_VERSION,
-            indexed_job.KIND,
-            indexed_job.demand,
-            lambda pod, _: indexed_job.rank(pod),
-        ),
-        Kind(pytorchjob.API_VERSION, pytorchjob.KIND, pytorchjob.demand, _pytorch_rank),
+        Kind(indexed_job.API_VERSION, indexed_job.KIND, indexed_job.demand, indexed_job.rank_in),
+        Kind(pytorchjob.API_VERSION, pytorchjob.KIND, pytorchjob.demand, pytorchjob.rank_in),
     )
 }
 

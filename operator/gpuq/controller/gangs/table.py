@@ -31,7 +31,8 @@ class GangTable:
     def __init__(self) -> None:
         self.owners: dict[str, dict[str, OwnerEntry]] = {k.kind: {} for k in KINDS.values()}
         self.strays: dict[str, Stray] = {}  # pod key -> why it belongs to no gang (yet)
-        self._waiting: dict[str, Mapping[str, Any]] = {}  # pod key -> body, for strays an owner may claim
+        # Owner uid -> pod key -> body: strays that name an owner, which may claim them once seen.
+        self._waiting: dict[str, dict[str, Mapping[str, Any]]] = {}
         # Node label -> topology level name (the scheduler config's levels): Kueue's topology
         # annotations name a node label.
         self.topology_labels: Mapping[str, str] = {}
@@ -47,12 +48,7 @@ class GangTable:
             kind, str(md.get("namespace", "")), str(md.get("name", "")), str(md.get("uid", "")), body
         )
         self.owners[kind.kind][f"{owner.namespace}/{owner.name}"] = owner
-        claimed = [
-            self._waiting[key]
-            for key, stray in self.strays.items()
-            if stray.owner is not None and stray.owner.uid == owner.uid and key in self._waiting
-        ]
-        return owner, claimed
+        return owner, list(self._waiting.get(owner.uid, {}).values())
 
     def drop_owner(self, kind: Kind, key: str) -> OwnerEntry | None:
         return self.owners[kind.kind].pop(key, None)
@@ -60,16 +56,21 @@ class GangTable:
     def resolve_pod(self, key: str, body: Mapping[str, Any]) -> Member | None:
         """The pod's gang, or None (then `strays` says why, until the pod or its owner changes)."""
         found = resolve(body, self.owner_of)
+        self.drop_pod(key)
         if isinstance(found, Stray):
             self.strays[key] = found
-            self._waiting[key] = body
+            if found.owner is not None:
+                self._waiting.setdefault(found.owner.uid, {})[key] = body
             return None
-        self.drop_pod(key)
         return found
 
     def drop_pod(self, key: str) -> None:
-        self.strays.pop(key, None)
-        self._waiting.pop(key, None)
+        stray = self.strays.pop(key, None)
+        if stray is not None and stray.owner is not None:
+            waiting = self._waiting.get(stray.owner.uid, {})
+            waiting.pop(key, None)
+            if not waiting:
+                self._waiting.pop(stray.owner.uid, None)
 
     def job_entry(self, owner: OwnerEntry) -> JobEntry:
         """The gang as the scheduler sees a job: the owner's demand as its spec. (Its status will
