@@ -85,7 +85,7 @@ def test_an_indexed_job_and_its_pods_become_one_gang_whatever_arrives_first() ->
             and gang.spec.workers.gpus_per_worker == 8
         )
         assert gang.spec.topology.level == "rack"
-        pods = c.pods_of("team-a/job.llama", "u-1")
+        pods = c.unclaimed_of("team-a/job.llama", "u-1")
         assert sorted(p.rank for p in pods if p.rank is not None) == [0, 1, 2, 3], order
         assert not c.gangs.strays
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from gpuq.api.trainingjob import TrainingJobStatus
 from gpuq.controller.gangs.resolve import KINDS, Kind, is_candidate
 from gpuq.controller.gangs.table import GangTable, OwnerEntry
 from gpuq.controller.nodehealth import with_history
@@ -65,6 +66,12 @@ def _newer_or_same(old_rv: str | None, new_rv: str | None) -> bool:
 
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}
+
+
+def _listed_kind(entry: Any) -> bool:
+    """Whether an entry came from its table's own list: the jobs table also holds the gangs of
+    other owners, which a TrainingJob list must not drop."""
+    return getattr(entry, "source", None) is None
 
 
 def owner_kind(kind: Kind) -> str:
@@ -174,7 +181,7 @@ class ClusterCache:
             listed.add(f"{md['namespace']}/{md['name']}" if md.get("namespace") else md["name"])
             upsert(body)
         prefix = f"{scope}/" if scope else ""
-        for key in [k for k in table if k not in listed and k.startswith(prefix)]:
+        for key in [k for k in table if k not in listed and k.startswith(prefix) and _listed_kind(table[k])]:
             if _rv_after(self._rv.get((kind, key)), resource_version):
                 continue
             ns, _, name = key.rpartition("/")
@@ -355,6 +362,15 @@ class ClusterCache:
             self._touch(owner.gang)
             self._changed()
 
+    def set_gang_status(self, gang: str, status: TrainingJobStatus) -> JobEntry | None:
+        """The status the operator keeps for a gang of another owner (gangs.record): its entry now."""
+        owner = self.gangs.owner_by_gang(gang)
+        if owner is None:
+            return None
+        self.gangs.status[gang] = status
+        self._store_gang(owner)
+        return self.jobs.get(gang)
+
     def set_topology_labels(self, labels: Mapping[str, str]) -> None:
         """The scheduler config's node label per topology level (gangs may name a level by it)."""
         if dict(labels) != dict(self.gangs.topology_labels):
@@ -370,6 +386,10 @@ class ClusterCache:
             member = self.gangs.resolve_pod(entry.key, body)
             if member is not None:
                 entry.job, entry.owner_uid, entry.rank = member.gang, member.owner_uid, member.rank
+                if entry.attempt is not None and self.gangs.saw_attempt(member.gang, entry.attempt):
+                    owner = self.gangs.owner_by_gang(member.gang)
+                    if owner is not None:
+                        self._store_gang(owner)
         if entry.job is None and entry.node_name is None and entry.key not in self.pods:
             return  # neither ours nor holding node resources: nothing the scheduler needs
         if not self._accept("pod", entry.key, body):
@@ -406,21 +426,33 @@ class ClusterCache:
                     del self._pods_by_job[entry.job]
         self._changed()
 
-    def set_pod_node(self, key: str, node: str) -> None:
-        """Record a binding the writer just made (the API returns no pod for a Binding)."""
+    def set_pod_node(self, key: str, node: str, attempt: int | None = None) -> None:
+        """Record a binding the writer just made (the API returns no pod for a Binding), and the
+        attempt it wrote with it on a pod of a gang gpuq did not create."""
         pod = self.pods.get(key)
-        if pod is not None and pod.node_name != node:
-            self._place(key, pod.node_name, node)
-            pod.node_name = node
-            if pod.job is not None:
-                self._touch(pod.job)
-            self._changed()
+        if pod is None or (pod.node_name == node and (attempt is None or pod.attempt == attempt)):
+            return
+        self._place(key, pod.node_name, node)
+        pod.node_name = node
+        if attempt is not None:
+            pod.attempt = attempt
+        if pod.job is not None:
+            self._touch(pod.job)
+        self._changed()
 
     def has_pods(self, job: str) -> bool:
         return bool(self._pods_by_job.get(job))
 
     def pods_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
-        """Pods labelled for `job`; with `uid`, only those owned by that incarnation of it."""
+        """The workers of `job`, of any attempt; with `uid`, only those owned by that incarnation of
+        it. Not the unclaimed pods of a gang gpuq did not create (`unclaimed_of`)."""
+        return [p for p in self._all_pods_of(job, uid) if not p.unclaimed]
+
+    def unclaimed_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
+        """A gang's pods that its owner's controller created and no admission has bound yet."""
+        return [p for p in self._all_pods_of(job, uid) if p.unclaimed]
+
+    def _all_pods_of(self, job: str, uid: str | None) -> list[PodEntry]:
         pods = (self.pods[k] for k in sorted(self._pods_by_job.get(job, ())) if k in self.pods)
         return [p for p in pods if uid is None or p.owner_uid in (uid, None)]
 

@@ -26,6 +26,7 @@ log = get_logger("gpuq.informer")
 
 RETRY_MIN = 0.5
 RETRY_MAX = 10.0
+OPTIONAL_RETRY = 60.0
 
 
 class Sink(Protocol):
@@ -48,6 +49,7 @@ class Informer:
         *,
         scope: str | None = None,
         params: Mapping[str, str] | None = None,
+        optional: bool = False,
     ) -> None:
         self.api = api
         self.kind = kind
@@ -55,6 +57,10 @@ class Informer:
         self.sink = sink
         self.scope = scope
         self.params = dict(params or {})
+        # A kind the cluster may not serve (a CRD not installed) or the operator may not read (RBAC):
+        # until it can be listed it counts as synced and empty, and the list is tried again.
+        self.optional = optional
+        self.served = True
         self.synced = asyncio.Event()
         self.resource_version = ""
         self.lists = 0  # how many times it listed (1 + relists)
@@ -72,6 +78,9 @@ class Informer:
                 await self._watch()
                 failures = 0
             except ApiError as exc:
+                if self.optional and not self.resource_version and exc.status in (403, 404):
+                    await self._unavailable(exc)
+                    continue
                 if exc.gone:
                     log.info("watch expired; listing again", kind=self.kind, scope=self.scope)
                     self.resource_version = ""
@@ -83,6 +92,19 @@ class Informer:
                 )
                 await asyncio.sleep(delay)
 
+    async def _unavailable(self, exc: ApiError) -> None:
+        if self.served:
+            log.info(
+                "optional kind not watched: not served or not readable; checking again every minute",
+                kind=self.kind,
+                scope=self.scope,
+                status=exc.status,
+                error=exc.message,
+            )
+        self.served = False
+        self.synced.set()
+        await asyncio.sleep(OPTIONAL_RETRY)
+
     async def _list(self) -> None:
         items, rv = await self.api.list_page(self.path, self.params)
         try:
@@ -91,6 +113,9 @@ class Informer:
             log.exception("cache replace failed", kind=self.kind)
         self.resource_version = rv
         self.lists += 1
+        if not self.served:
+            log.info("optional kind now watched", kind=self.kind, scope=self.scope)
+        self.served = True
         self.synced.set()
         log.debug("listed", kind=self.kind, scope=self.scope, items=len(items), rv=rv)
 

@@ -156,6 +156,12 @@ class PodEntry:
         """Holds node resources: not finished (a deleting pod holds them until it is gone)."""
         return self.phase not in TERMINAL_POD_PHASES
 
+    @property
+    def unclaimed(self) -> bool:
+        """Not bound and of no attempt: of a gang gpuq did not create, a pod its owner's controller
+        made that waits for an admission to bind it (never stale, never a worker yet)."""
+        return self.attempt is None and self.node_name is None
+
 
 def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}

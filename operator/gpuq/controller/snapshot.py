@@ -9,6 +9,7 @@ restart back-off expiring) so the loop can sleep until then instead of polling.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -61,6 +62,8 @@ QUARANTINED = "InternalError"
 # Exclusion reason of a job with spec.suspend that holds no GPUs (phase Suspended).
 SUSPENDED = "Suspended"
 SUSPENDED_MESSAGE = "suspended (spec.suspend is true): it holds no GPUs until spec.suspend is false again"
+# Exclusion reason of a gang gpuq did not create whose pods do not all exist yet (or never will).
+GANG_INCOMPLETE = "GangIncomplete"
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +285,24 @@ def unrecorded_gang(job: JobEntry, cache: ClusterCache) -> tuple[str, ...] | Non
     return created_gang(job, cache.pods_of(job.key, job.uid))
 
 
+def gang_shortfall(job: JobEntry, cache: ClusterCache) -> Exclusion | None:
+    """Why a gang gpuq did not create cannot be admitted yet: not every rank has exactly one pod,
+    made by its owner's controller, waiting to be bound (no pod of it is bound until all are)."""
+    if job.source is None or job.spec is None:
+        return None
+    replicas = job.spec.workers.replicas
+    pods = cache.unclaimed_of(job.key, job.uid)
+    counts = Counter(p.rank for p in pods if p.live and not p.deleting and p.rank is not None)
+    ready = sum(1 for r in range(replicas) if counts.get(r) == 1)
+    if ready == replicas:
+        return None
+    msg = f"{ready} of its {replicas} workers have exactly one pod waiting to be bound"
+    doubled = sorted(r for r, n in counts.items() if n > 1)
+    if doubled:
+        msg += f"; rank {doubled[0]} has {counts[doubled[0]]}"
+    return Exclusion(GANG_INCOMPLETE, msg)
+
+
 def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = frozenset()) -> Holding | None:
     """The placement a job holds: an admission in flight (assumed), the one its status records, a
     gang created before its status (an operator stopped in between), or, for a preemption victim
@@ -299,6 +320,13 @@ def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = froze
     if job.key in evicting and s.phase in (Phase.PREEMPTED, Phase.SUSPENDED) and s.previous_placement:
         return Holding(s.attempt, _ranked(s.previous_placement), gpus)
     return None
+
+
+def _unclaimed(job: JobEntry, cache: ClusterCache) -> tuple[tuple[str, bool], ...]:
+    """What gang_shortfall reads of a gang's unclaimed pods (empty for a TrainingJob)."""
+    if job.source is None:
+        return ()
+    return tuple((p.uid, p.live and not p.deleting) for p in cache.unclaimed_of(job.key, job.uid))
 
 
 _QueueKey = tuple[GPUQueueSpec | None, str | None]
@@ -324,6 +352,7 @@ class _JobMemo:
     hold: Holding | None
     exclusion: Exclusion | None
     gang: tuple[str, ...] | None = None  # unrecorded_gang when it was derived
+    waiting: tuple[tuple[str, bool], ...] = ()  # _unclaimed when it was derived
     job: Job | None = None
     job_args: tuple[float, float] | None = None  # (start fallback, notBefore) the Job was built with
 
@@ -456,6 +485,7 @@ class SnapshotBuilder:
         queue = (entry.spec, entry.error) if entry is not None else None
         labels = cache.namespaces.get(job.namespace)
         gang = unrecorded_gang(job, cache) if assumed is None else None
+        waiting = _unclaimed(job, cache)
         m = self._jobs.get(job.key)
         if (
             m is None
@@ -465,10 +495,13 @@ class SnapshotBuilder:
             or not _same_queue(m.queue, queue)
             or m.labels is not labels
             or m.gang != gang
+            or m.waiting != waiting
         ):
             hold = holding(job, cache, frozenset({job.key}) if evicting else frozenset())
             exclusion = self._exclusion(job, cache, topo) if job.spec is not None else None
-            m = _JobMemo(job, assumed, evicting, queue, labels, hold, exclusion, gang)
+            if exclusion is None and hold is None:
+                exclusion = gang_shortfall(job, cache)
+            m = _JobMemo(job, assumed, evicting, queue, labels, hold, exclusion, gang, waiting)
             self._jobs[job.key] = m
         return m
 

@@ -34,6 +34,7 @@ from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller import intents, kubeapi, pods
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
+from gpuq.controller.gangs import record as gang_record
 from gpuq.controller.kubeapi import ApiError, KubeApi, NotLeader, TokenBucket
 from gpuq.controller.lifecycle import Plan
 from gpuq.controller.metrics import Metrics
@@ -45,6 +46,9 @@ log = get_logger("gpuq.writer")
 
 # How long an admission waits for the previous attempt's pods to leave its nodes.
 OLD_PODS_TIMEOUT = 60.0
+# How long binding a gang gpuq did not create waits for its owner's controller to create every pod
+# (a re-placed gang's replacements follow the old pods' deletion).
+GANG_PODS_TIMEOUT = 30.0
 # Routine (Normal) Events per second, burst: like client-go's EventCorrelator spam filter, a burst
 # of admissions must not spend the API budget on Events; Warnings are always posted.
 NORMAL_EVENTS_PER_SECOND = 5.0
@@ -168,6 +172,8 @@ class Writer:
     # -- primitives ----------------------------------------------------------------------------
     async def refresh_job(self, job: JobEntry) -> JobEntry | None:
         """Read the job again into the cache (after a conflict); None when it is gone."""
+        if job.source is not None:
+            return self.current(job)  # the operator's own record (gangs.record): nothing to read
         try:
             body = await self.api.get(kubeapi.job_path(job.namespace, job.name))
         except ApiError as exc:
@@ -183,6 +189,9 @@ class Writer:
         that only informs, paced by the client's routine budget (KubeApi.routine_limiter)."""
         if not patch:
             return job
+        if job.source is not None:
+            fresh = self.cache.set_gang_status(job.key, gang_record.patched(job.status, patch))
+            return fresh if fresh is not None else job
         limiter = None
         if routine:
             await self._routine_turn(job.key)
@@ -206,9 +215,23 @@ class Writer:
         self.cache.upsert_queue(body)
 
     async def event(self, job: JobEntry, ev: st.Event) -> None:
+        """An Event on the job: a TrainingJob, or the owner of a gang gpuq did not create."""
+        if job.source is not None:
+            kind = gang_record.owner_kind(job.source)
+            name = gang_record.owner_name(job.name)
+            await self.object_event(job.namespace, kind.kind, name, job.uid, ev, kind.api_version)
+            return
         await self.object_event(job.namespace, "TrainingJob", job.name, job.uid, ev)
 
-    async def object_event(self, namespace: str, kind: str, name: str, uid: str, ev: st.Event) -> None:
+    async def object_event(
+        self,
+        namespace: str,
+        kind: str,
+        name: str,
+        uid: str,
+        ev: st.Event,
+        api_version: str = meta.API_VERSION,
+    ) -> None:
         """Post a core/v1 Event; failures are logged, never fatal. Normal Events beyond the rate
         limit are dropped (counted in gpuq_events_dropped); status and conditions say the same."""
         if ev.type == "Normal" and not self._normal_events.try_take():
@@ -220,11 +243,11 @@ class Writer:
             "kind": "Event",
             "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
             "involvedObject": {
-                "apiVersion": meta.API_VERSION,
+                "apiVersion": api_version,
                 "kind": kind,
                 "name": name,
                 "uid": uid,
-                **({"namespace": namespace} if kind == "TrainingJob" else {}),
+                **({"namespace": namespace} if kind != "GPUQueue" else {}),
             },
             "reason": ev.reason,
             "message": ev.message[:1024],
@@ -390,6 +413,9 @@ class Writer:
             raise AdmissionFailed(
                 f"placement has {len(placement)} ranks, job needs {spec and spec.workers.replicas}"
             )
+        if job.source is not None:
+            await self._bind_gang(job, attempt, placement, created)
+            return
         if pods.needs_service(spec):
             try:
                 await self.api.create(
@@ -456,6 +482,54 @@ class Writer:
 
         await _all(create(r) for r in range(len(placement)))
         await _all(bind(r) for r in range(len(placement)))
+
+    async def _bind_gang(
+        self, job: JobEntry, attempt: int, placement: tuple[str, ...], bound: dict[str, str]
+    ) -> None:
+        """Bind the pods another controller created for a gang (an Indexed Job's, a PyTorchJob's),
+        one per rank, the attempt written with each binding (the API server copies a Binding's
+        annotations to its pod): all or nothing. A rank without exactly one pod to bind binds
+        nothing; `bound` collects what this call bound (key -> uid), which a rollback deletes (the
+        owner's controller creates them again)."""
+        deadline = self.clock() + GANG_PODS_TIMEOUT
+        while True:
+            todo, problem = self._gang_pods_to_bind(job, attempt, placement)
+            if problem is None:
+                break
+            if self.clock() > deadline:
+                raise AdmissionFailed(problem)
+            await asyncio.sleep(0.2)  # a re-placed gang: its owner is still creating the new pods
+
+        async def bind(name: str, uid: str, node: str) -> None:
+            body = pods.binding(name, node)
+            body["metadata"]["uid"] = uid  # the pod of that uid, not a later one of the same name
+            body["metadata"]["annotations"] = {meta.LABEL_ATTEMPT: str(attempt)}
+            await self.api.create(kubeapi.pod_path(job.namespace, name, "binding"), body)
+            key = f"{job.namespace}/{name}"
+            bound[key] = uid
+            self.cache.set_pod_node(key, node, attempt)
+
+        await _all(bind(*todo[r]) for r in sorted(todo))
+
+    def _gang_pods_to_bind(
+        self, job: JobEntry, attempt: int, placement: tuple[str, ...]
+    ) -> tuple[dict[int, tuple[str, str, str]], str | None]:
+        """Rank -> (pod, uid, node) of the gang's pods still to bind, or why the gang is not whole
+        (a rank with no pod, or with more than one)."""
+        bound = {
+            p.rank
+            for p in self.cache.pods_of(job.key, job.uid)
+            if p.attempt == attempt and p.rank is not None and p.node_name == placement[p.rank]
+        }
+        todo: dict[int, tuple[str, str, str]] = {}
+        for p in self.cache.unclaimed_of(job.key, job.uid):
+            if p.rank is None or p.rank in bound or p.rank >= len(placement) or not p.live or p.deleting:
+                continue
+            if p.rank in todo:
+                return todo, f"rank {p.rank} of {job.key} has more than one pod"
+            todo[p.rank] = (p.name, p.uid, placement[p.rank])
+        missing = [r for r in range(len(placement)) if r not in todo and r not in bound]
+        return todo, (f"no pod to bind for rank {missing[0]} of {job.key}" if missing else None)
 
     async def _rollback(
         self, job: JobEntry, attempt: int, exc: BaseException, created: dict[str, str]

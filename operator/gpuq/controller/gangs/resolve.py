@@ -23,16 +23,14 @@ class Kind:
 
     api_version: str
     kind: str
+    plural: str
     demand: Callable[[Mapping[str, Any], Mapping[str, str]], GangDemand]
     rank: Callable[[Mapping[str, Any], Mapping[str, Any]], int | None]  # (pod, owner body) -> rank
 
 
 KINDS: dict[tuple[str, str], Kind] = {
     (k.api_version, k.kind): k
-    for k in (
-        Kind(indexed_job.API_VERSION, indexed_job.KIND, indexed_job.demand, indexed_job.rank_in),
-        Kind(pytorchjob.API_VERSION, pytorchjob.KIND, pytorchjob.demand, pytorchjob.rank_in),
-    )
+    for k in (Kind(m.API_VERSION, m.KIND, m.PLURAL, m.demand, m.rank_in) for m in (indexed_job, pytorchjob))
 }
 
 
@@ -67,6 +65,12 @@ class Stray:
     code: StrayCode
     message: str
     owner: OwnerRef | None = None
+
+
+def collection_path(kind: Kind, namespace: str = "") -> str:
+    """The API path of an owner kind's objects (in one namespace, if given)."""
+    ns = f"/namespaces/{namespace}" if namespace else ""
+    return f"/apis/{kind.api_version}{ns}/{kind.plural}"
 
 
 def gang_key(namespace: str, kind: str, name: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuq.api.trainingjob import TrainingJobStatus
 from gpuq.controller.gangs.demand import mapping
+from gpuq.controller.gangs.record import restored
 from gpuq.controller.gangs.resolve import KINDS, Kind, Member, Stray, gang_key, resolve
 from gpuq.controller.objects import JobEntry, parse_time
 
@@ -36,6 +37,25 @@ class GangTable:
         # Node label -> topology level name (the scheduler config's levels): Kueue's topology
         # annotations name a node label.
         self.topology_labels: Mapping[str, str] = {}
+        # Gang key -> the status the operator keeps for it (gangs.record), once it wrote one; before
+        # that, the latest attempt its pods carry (pods bound by an earlier operator).
+        self.status: dict[str, TrainingJobStatus] = {}
+        self.attempts: dict[str, int] = {}
+
+    def owner_by_gang(self, gang: str) -> OwnerEntry | None:
+        ns, _, rest = gang.partition("/")
+        kind, _, name = rest.partition(".")
+        for k, table in self.owners.items():
+            if k.lower() == kind:
+                return table.get(f"{ns}/{name}")
+        return None
+
+    def saw_attempt(self, gang: str, attempt: int) -> bool:
+        """A pod of the gang carries `attempt`; True when that changes the gang's restored status."""
+        if gang in self.status or attempt <= self.attempts.get(gang, 0):
+            return False
+        self.attempts[gang] = attempt
+        return True
 
     def owner_of(self, kind: str, namespace: str, name: str) -> Mapping[str, Any] | None:
         owner = self.owners.get(kind, {}).get(f"{namespace}/{name}")
@@ -47,11 +67,19 @@ class GangTable:
         owner = OwnerEntry(
             kind, str(md.get("namespace", "")), str(md.get("name", "")), str(md.get("uid", "")), body
         )
+        old = self.owners[kind.kind].get(f"{owner.namespace}/{owner.name}")
+        if old is not None and old.uid != owner.uid:  # deleted and created again: a new gang
+            self.status.pop(owner.gang, None)
+            self.attempts.pop(owner.gang, None)
         self.owners[kind.kind][f"{owner.namespace}/{owner.name}"] = owner
         return owner, list(self._waiting.get(owner.uid, {}).values())
 
     def drop_owner(self, kind: Kind, key: str) -> OwnerEntry | None:
-        return self.owners[kind.kind].pop(key, None)
+        owner = self.owners[kind.kind].pop(key, None)
+        if owner is not None:
+            self.status.pop(owner.gang, None)
+            self.attempts.pop(owner.gang, None)
+        return owner
 
     def resolve_pod(self, key: str, body: Mapping[str, Any]) -> Member | None:
         """The pod's gang, or None (then `strays` says why, until the pod or its owner changes)."""
@@ -73,8 +101,8 @@ class GangTable:
                 self._waiting.pop(stray.owner.uid, None)
 
     def job_entry(self, owner: OwnerEntry) -> JobEntry:
-        """The gang as the scheduler sees a job: the owner's demand as its spec. (Its status will
-        live in a record of its own; until then it is a fresh one.)"""
+        """The gang as the scheduler sees a job: the owner's demand as its spec, the status the
+        operator keeps for it (gangs.record)."""
         demand = owner.kind.demand(owner.body, self.topology_labels)
         md = mapping(owner.body.get("metadata"))
         generation = md.get("generation", 0)
@@ -84,7 +112,7 @@ class GangTable:
             uid=owner.uid,
             created_at=parse_time(md.get("creationTimestamp")) or 0.0,
             spec=demand.spec,
-            status=TrainingJobStatus(),
+            status=self.status.get(owner.gang) or restored([self.attempts.get(owner.gang)]),
             generation=generation if isinstance(generation, int) else 0,
             error=f"{demand.error.code}: {demand.error.message}" if demand.error is not None else None,
             deleting=md.get("deletionTimestamp") is not None,

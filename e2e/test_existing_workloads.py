@@ -1,0 +1,143 @@
+"""Jobs teams already have (docs/existing-workloads.md), on a real API server with the Job
+controller: an Indexed Job that opts in (schedulerName gpuq, gpuq.dev/queue on the Job) is a gang
+gpuq binds all or nothing, its attempt written with each binding and its Events on the Job; it
+shares its queue's quota with TrainingJobs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+import test_operator as shared
+from gpuq.api import meta
+from gpuq.controller.testing import GpuqClient, OperatorProcess
+from gpuq.devcluster import SIM_DURATION
+from gpuq.devcluster.testing import E2ECluster, wait_for
+
+pytestmark = pytest.mark.e2e
+
+gpuq, ns, queue, phase = shared.gpuq, shared.ns, shared.queue, shared.phase
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: E2ECluster, gpuq: GpuqClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    cluster.require_simulated_pods("Indexed Jobs that finish on time")
+    yield from shared.run_operator(cluster, tmp_path_factory, "gangs-operator", shared.FAST_CONFIG)
+
+
+@pytest.fixture
+def batch(cluster: E2ECluster) -> k8s.BatchV1Api:
+    return k8s.BatchV1Api(cluster.api)
+
+
+def indexed_job(name: str, queue: str, workers: int, gpus: int, seconds: int) -> dict[str, Any]:
+    """What a pipeline emits, plus the opt-in: the queue label and gpuq as the pods' scheduler."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {meta.LABEL_QUEUE: queue}},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": workers,
+            "parallelism": workers,
+            "backoffLimit": 6,
+            "template": {
+                "metadata": {"annotations": {SIM_DURATION: f"{seconds}s"}},
+                "spec": {
+                    "schedulerName": "gpuq",
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "train",
+                            "image": "trainer:1",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def job_pods(gpuq: GpuqClient, ns: str, name: str) -> list[Any]:
+    pods = gpuq.core.list_namespaced_pod(ns, label_selector=f"batch.kubernetes.io/job-name={name}").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def bound(gpuq: GpuqClient, ns: str, name: str) -> list[Any]:
+    return [p for p in job_pods(gpuq, ns, name) if p.spec.node_name]
+
+
+def job_events(gpuq: GpuqClient, ns: str, name: str) -> set[str]:
+    events = gpuq.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return {e.reason for e in events if e.involved_object.kind == "Job"}
+
+
+@pytest.fixture
+def jobs(gpuq: GpuqClient, batch: k8s.BatchV1Api, ns: str) -> Iterator[Callable[[dict[str, Any]], str]]:
+    made: list[str] = []
+
+    def create(body: dict[str, Any]) -> str:
+        batch.create_namespaced_job(ns, body)
+        made.append(body["metadata"]["name"])
+        return str(body["metadata"]["name"])
+
+    yield create
+    for name in made:
+        batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+    wait_for(lambda: not any(job_pods(gpuq, ns, n) for n in made), 60, "Job pods gone")
+
+
+def stays_unbound(gpuq: GpuqClient, ns: str, name: str, seconds: float = 4.0) -> bool:
+    """No pod of the Job is bound for a while (several scheduling cycles of the fast config)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if bound(gpuq, ns, name):
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def test_an_indexed_job_runs_as_a_gang_and_the_next_waits_for_its_quota(
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    jobs: Callable[[dict[str, Any]], str],
+    batch: k8s.BatchV1Api,
+) -> None:
+    q = queue(16)
+    first = jobs(indexed_job("first", q, 2, 8, seconds=12))
+    wait_for(lambda: len(bound(gpuq, ns, first)) == 2, 60, "both workers of the first Job bound")
+    for p in bound(gpuq, ns, first):
+        assert (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "1"  # written by the binding
+    wait_for(lambda: "Admitted" in job_events(gpuq, ns, first), 30, "Admitted Event on the Job")
+    second = jobs(indexed_job("second", q, 2, 8, seconds=2))
+    wait_for(lambda: len(job_pods(gpuq, ns, second)) == 2, 30, "the Job controller created the pods")
+    assert stays_unbound(gpuq, ns, second)  # 16 of 16 GPUs in use: not one worker bound
+    wait_for(lambda: (batch.read_namespaced_job(first, ns).status.succeeded or 0) == 2, 60, "first done")
+    wait_for(lambda: len(bound(gpuq, ns, second)) == 2, 60, "the second Job's gang bound after it")
+    wait_for(lambda: (batch.read_namespaced_job(second, ns).status.succeeded or 0) == 2, 60, "second done")
+
+
+def test_a_queue_mixing_training_jobs_and_indexed_jobs_keeps_its_quota(
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    jobs: Callable[[dict[str, Any]], str],
+) -> None:
+    q = queue(16)
+    gpuq.submit(ns, "tj", q, 1, 8, annotations={SIM_DURATION: "10s"})
+    phase(gpuq, operator, ns, "tj", "Running")
+    job = jobs(indexed_job("indexed", q, 2, 8, seconds=2))
+    wait_for(lambda: len(job_pods(gpuq, ns, job)) == 2, 30, "the Job controller created the pods")
+    assert stays_unbound(gpuq, ns, job)  # 8 + 16 > 16: the gang waits, though nodes are free
+    phase(gpuq, operator, ns, "tj", "Succeeded", timeout=45)
+    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job bound once the TrainingJob ended")

@@ -1,0 +1,128 @@
+"""Gangs gpuq did not create (an Indexed Job's pods): admitted only once every rank has its pod,
+bound all or nothing with the attempt written by the binding, their status kept by the operator,
+and their owners watched only where the cluster serves them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import pytest
+from builders import RecordingWriter
+from fakeapi import FakeApi, Reply, client, serve
+from test_gang_cache import job, pod
+
+from gpuq.api import meta
+from gpuq.api.trainingjob import Phase
+from gpuq.controller import bodies as b
+from gpuq.controller.cache import ClusterCache
+from gpuq.controller.informer import Informer
+from gpuq.controller.loop import SchedulingLoop
+from gpuq.controller.metrics import Metrics
+from gpuq.controller.snapshot import GANG_INCOMPLETE, gang_shortfall
+from gpuq.controller.writer import AdmissionFailed, Writer
+from gpuq.core import SchedulerConfig, schedule
+
+NS = "team-a"
+GANG = "team-a/job.llama"
+
+
+def cluster(replicas: int = 2) -> ClusterCache:
+    cache = ClusterCache()
+    cache.set_topology_labels({"gpuq.dev/rack": "rack"})
+    cache.replace("namespace", [b.namespace(NS)], "1")
+    cache.replace("node", [b.node("n1"), b.node("n2"), b.node("n3")], "1")
+    cache.replace("queue", [b.queue("team-a", nominal=24)], "1")
+    cache.replace("job", [], "1")
+    cache.replace("pod", [], "1")
+    cache.apply("owner:Job", "ADDED", job(replicas=replicas))
+    return cache
+
+
+def test_a_gang_is_admitted_only_once_every_rank_has_exactly_one_pod() -> None:
+    cache = cluster()
+    metrics = Metrics()
+    loop = SchedulingLoop(
+        cache, RecordingWriter(cache, metrics), SchedulerConfig(), metrics, schedule, lambda: b.T0
+    )
+    cache.apply("pod", "ADDED", pod(0))
+    why = gang_shortfall(cache.jobs[GANG], cache)
+    assert why is not None and why.reason == GANG_INCOMPLETE and why.message.startswith("1 of its 2 workers")
+    assert loop.cycle().admit == ()  # rank 1 has no pod yet: nothing of the gang is placed
+    extra = pod(0)
+    extra["metadata"]["name"], extra["metadata"]["uid"] = "llama-0-x", "p-llama-0-x"
+    cache.apply("pod", "ADDED", extra)
+    cache.apply("pod", "ADDED", pod(1))
+    why = gang_shortfall(cache.jobs[GANG], cache)
+    assert why is not None and "rank 0 has 2" in why.message
+    assert loop.cycle().admit == ()  # two pods claim rank 0: which one to bind is not gpuq's guess
+    cache.apply("pod", "DELETED", extra)
+    assert gang_shortfall(cache.jobs[GANG], cache) is None
+    admitted = loop.cycle().admit
+    assert [a.job for a in admitted] == [GANG] and len(admitted[0].placement) == 2
+
+
+def test_the_operator_keeps_a_gangs_status_and_rebuilds_it_from_bound_pods() -> None:
+    cache = cluster()
+    gang = cache.jobs[GANG]
+    assert gang.status.attempt == 0 and gang.source == "Job"
+    fresh = cache.set_gang_status(GANG, gang.status.model_copy(update={"phase": Phase.RUNNING, "attempt": 1}))
+    assert fresh is not None and fresh.status.phase is Phase.RUNNING and cache.jobs[GANG] is fresh
+    # An operator started later sees only the pods, bound with their attempt by the earlier one.
+    restarted = cluster()
+    for i, node in enumerate(("n1", "n2")):
+        body = pod(i, node=node)
+        body["metadata"]["annotations"] = {meta.LABEL_ATTEMPT: "3"}
+        restarted.apply("pod", "ADDED", body)
+    entry = restarted.jobs[GANG]
+    assert entry.status.attempt == 2  # so attempt 3's bound gang is the admission to record
+    assert [p.attempt for p in restarted.pods_of(GANG)] == [3, 3]
+
+
+async def test_binding_writes_uid_and_attempt_and_binds_nothing_while_a_rank_has_no_pod() -> None:
+    cache = cluster()
+    for i in range(2):
+        cache.apply("pod", "ADDED", pod(i))
+    fake = FakeApi()
+    for i in range(2):
+        fake.on("POST", f"/api/v1/namespaces/{NS}/pods/llama-{i}/binding", Reply(201, {}))
+    async for server in serve(fake):
+        async with client(server) as api:
+            writer = Writer(api, cache, Metrics(), on_done=lambda: None, clock=lambda: b.T0)
+            bound: dict[str, str] = {}
+            await writer._bind_gang(cache.jobs[GANG], 1, ("n2", "n3"), bound)
+    seen = {s.path.split("/")[-2]: s.body for s in fake.seen}
+    assert sorted(seen) == ["llama-0", "llama-1"]
+    assert seen["llama-1"]["metadata"]["uid"] == "p-llama-1"
+    assert seen["llama-1"]["metadata"]["annotations"] == {meta.LABEL_ATTEMPT: "1"}
+    assert seen["llama-1"]["target"]["name"] == "n3"
+    assert bound == {f"{NS}/llama-0": "p-llama-0", f"{NS}/llama-1": "p-llama-1"}
+    assert [(p.node_name, p.attempt) for p in cache.pods_of(GANG)] == [("n2", 1), ("n3", 1)]
+
+    lonely = cluster()
+    lonely.apply("pod", "ADDED", pod(0))
+    ticks = itertools.count()
+    fake = FakeApi()
+    async for server in serve(fake):
+        async with client(server) as api:
+            writer = Writer(
+                api, lonely, Metrics(), on_done=lambda: None, clock=lambda: b.T0 + 30 * next(ticks)
+            )
+            with pytest.raises(AdmissionFailed, match="no pod to bind for rank 1"):
+                await writer._bind_gang(lonely.jobs[GANG], 1, ("n2", "n3"), {})
+    assert fake.seen == []  # all or nothing: rank 0 was not bound either
+
+
+async def test_an_owner_kind_the_cluster_does_not_serve_counts_as_synced_and_empty() -> None:
+    path = "/apis/kubeflow.org/v1/pytorchjobs"
+    fake = FakeApi()
+    fake.on("GET", path, Reply(404, {"reason": "NotFound", "message": "the server could not find it"}))
+    cache = ClusterCache()
+    async for server in serve(fake):
+        async with client(server) as api:
+            inf = Informer(api, "owner:PyTorchJob", path, cache, params={"labelSelector": "q"}, optional=True)
+            task = asyncio.create_task(inf.run())
+            await asyncio.wait_for(inf.synced.wait(), 5)
+            task.cancel()
+    assert not inf.served and cache.jobs == {}
+    assert fake.requests("GET", path)[0].query["labelSelector"] == "q"
