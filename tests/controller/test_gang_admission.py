@@ -16,6 +16,8 @@ from gpuq.api import meta
 from gpuq.api.trainingjob import Phase
 from gpuq.controller import bodies as b
 from gpuq.controller.cache import ClusterCache
+from gpuq.controller.gangs.resolve import Stray, StrayCode
+from gpuq.controller.gangs.strays import STRAY_GRACE, StrayReporter
 from gpuq.controller.informer import Informer
 from gpuq.controller.loop import SchedulingLoop
 from gpuq.controller.metrics import Metrics
@@ -126,3 +128,31 @@ async def test_an_owner_kind_the_cluster_does_not_serve_counts_as_synced_and_emp
             task.cancel()
     assert not inf.served and cache.jobs == {}
     assert fake.requests("GET", path)[0].query["labelSelector"] == "q"
+
+
+def test_a_stray_pod_is_told_once_after_the_grace_and_again_for_a_new_reason() -> None:
+    reporter = StrayReporter(grace=10.0)
+    missing = Stray(StrayCode.MISSING_QUEUE, "its owner Job other has no gpuq.dev/queue label")
+    assert reporter.due({"ns/p": missing}, 100.0) == ([], 110.0)  # its owner may just not be seen yet
+    assert reporter.due({"ns/p": missing}, 105.0) == ([], 110.0)
+    assert reporter.due({"ns/p": missing}, 110.0) == ([("ns/p", missing)], None)
+    assert reporter.due({"ns/p": missing}, 500.0) == ([], None)  # told once
+    no_rank = Stray(StrayCode.NO_RANK, "no completion index")
+    assert reporter.due({"ns/p": no_rank}, 501.0) == ([], 511.0)
+    assert reporter.due({"ns/p": no_rank}, 511.0) == ([("ns/p", no_rank)], None)
+    assert reporter.due({}, 512.0) == ([], None)
+    assert reporter.due({"ns/p": no_rank}, 513.0) == ([], 523.0)  # a new pod of the same name: anew
+
+
+def test_the_loop_posts_the_stray_event_on_the_pod() -> None:
+    cache = cluster()
+    now = [b.T0]
+    metrics = Metrics()
+    writer = RecordingWriter(cache, metrics)
+    loop = SchedulingLoop(cache, writer, SchedulerConfig(), metrics, schedule, lambda: now[0])
+    cache.apply("pod", "ADDED", pod(0, owner="other", uid="u-2"))
+    loop.cycle()
+    assert "stray:team-a/other-0" not in writer.submitted
+    now[0] += STRAY_GRACE
+    loop.cycle()
+    assert "stray:team-a/other-0" in writer.submitted

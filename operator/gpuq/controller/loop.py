@@ -23,6 +23,7 @@ from gpuq.api.trainingjob import PLACED_PHASES, Phase
 from gpuq.controller import intents, lifecycle, queuehealth, record
 from gpuq.controller import status as st
 from gpuq.controller.cache import ClusterCache
+from gpuq.controller.gangs.strays import StrayReporter
 from gpuq.controller.kubeapi import TokenBucket
 from gpuq.controller.metrics import Metrics, PendingCounts, pending_figures, preemption_reason, queue_figures
 from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
@@ -159,6 +160,7 @@ class SchedulingLoop:
         self._observe_again: set[str] = set()
         self._recheck: dict[str, float] = {}  # job -> when its lifecycle asked to be looked at again
         self.quarantine = Quarantine()
+        self.strays = StrayReporter()
         self._extender_inputs: tuple[Snapshot, tuple[Admit, ...]] | None = None
         self._extender_view: ExtenderView | None = None
         self._extender_nodes = cache.watch_nodes() if config.extender_enabled else set()
@@ -329,7 +331,7 @@ class SchedulingLoop:
             *(t + grace for t in self._disrupted_at.values() if t + grace > now),
             None if prep.explain else self._explained_at + EXPLAIN_SECONDS,
         )
-        self.wake_at(min((t for t in timers if t is not None), default=None))
+        self.wake_at(min((t for t in (*timers, self._report_strays(now)) if t is not None), default=None))
         self.builder.forget_missing(self.cache)
         for key in [k for k in self._refreshed_at if k not in self.cache.jobs]:
             del self._refreshed_at[key]
@@ -339,6 +341,19 @@ class SchedulingLoop:
             self._explained_at, self._explain_cost = now, self._last_cycle_s
         self._say_how_it_keeps_up(len(decisions.admit), len(view.snapshot.jobs))
         return decisions
+
+    def _report_strays(self, now: float) -> float | None:
+        """A Warning Event on each pod that asks for gpuq but has no gang it can place; when to
+        look again."""
+        due, next_at = self.strays.due(self.cache.gangs.strays, now)
+        for key, stray in due:
+            ns, _, name = key.partition("/")
+            uid = self.cache.gangs.stray_uids.get(key, "")
+            ev = st.warning(stray.code, stray.message)
+            log.warning("pod has no gang gpuq can place", pod=key, reason=stray.code, why=stray.message)
+            post = partial(self.writer.object_event, ns, "Pod", name, uid, ev, "v1")
+            self.writer.submit(f"stray:{key}", post)
+        return next_at
 
     def _say_how_it_keeps_up(self, admitted: int, jobs: int) -> None:
         r = self._report

@@ -32,6 +32,7 @@ class GangTable:
     def __init__(self) -> None:
         self.owners: dict[str, dict[str, OwnerEntry]] = {k.kind: {} for k in KINDS.values()}
         self.strays: dict[str, Stray] = {}  # pod key -> why it belongs to no gang (yet)
+        self.stray_uids: dict[str, str] = {}  # pod key -> uid, for the Event on a stray
         # Owner uid -> pod key -> body: strays that name an owner, which may claim them once seen.
         self._waiting: dict[str, dict[str, Mapping[str, Any]]] = {}
         # Node label -> topology level name (the scheduler config's levels): Kueue's topology
@@ -87,6 +88,7 @@ class GangTable:
         self.drop_pod(key)
         if isinstance(found, Stray):
             self.strays[key] = found
+            self.stray_uids[key] = str(mapping(body.get("metadata")).get("uid", ""))
             if found.owner is not None:
                 self._waiting.setdefault(found.owner.uid, {})[key] = body
             return None
@@ -94,6 +96,7 @@ class GangTable:
 
     def drop_pod(self, key: str) -> None:
         stray = self.strays.pop(key, None)
+        self.stray_uids.pop(key, None)
         if stray is not None and stray.owner is not None:
             waiting = self._waiting.get(stray.owner.uid, {})
             waiting.pop(key, None)

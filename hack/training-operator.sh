@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds Kubeflow's training-operator (PyTorchJob and the other kubeflow.org/v1 job kinds) from its Go
+# module, once, into ~/.cache/gpuq/bin/training-operator-<version>/; progress on stderr, the
+# directory on the last line. Beside the binary: crds/, the module's manifests/base/crds (the CRDs
+# a user installs with it). Its go.mod has no replace directives, so `go install pkg@version` builds
+# what its Makefile builds; nothing comes from GitHub or a container registry.
+set -euo pipefail
+HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=tools.env
+source "$HACK_DIR/tools.env"
+VERSION="${GPUQ_TRAINING_OPERATOR_VERSION:-$TRAINING_OPERATOR_VERSION}"
+# shellcheck source=lib.sh
+source "$HACK_DIR/lib.sh"
+tool_dirs training-operator "$VERSION"
+need_go
+
+module=github.com/kubeflow/training-operator
+if [[ ! -f "$BIN_DIR/crds/.copied" ]]; then
+  log "training-operator: downloading module ${module}@${VERSION}"
+  src=$(cd "$(mktemp -d)" && go mod download -json "${module}@${VERSION}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -d "$src" ]] || die "go mod download ${module}@${VERSION} gave no directory"
+  rm -rf "$BIN_DIR/crds"
+  cp -r "$src/manifests/base/crds" "$BIN_DIR/crds"
+  chmod -R u+w "$BIN_DIR/crds"
+  touch "$BIN_DIR/crds/.copied"
+fi
+build_ticking training-operator - "${module}/cmd/training-operator.v1@${VERSION}" "-s -w"
+echo "$BIN_DIR"
