@@ -141,3 +141,67 @@ def test_a_queue_mixing_training_jobs_and_indexed_jobs_keeps_its_quota(
     assert stays_unbound(gpuq, ns, job)  # 8 + 16 > 16: the gang waits, though nodes are free
     phase(gpuq, operator, ns, "tj", "Succeeded", timeout=45)
     wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job bound once the TrainingJob ended")
+
+
+def test_a_training_job_preempts_an_indexed_job_by_suspending_it_and_the_job_resumes_after(
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    jobs: Callable[[dict[str, Any]], str],
+    batch: k8s.BatchV1Api,
+) -> None:
+    q = queue(16)
+    low = indexed_job("low", q, 2, 8, seconds=15)
+    low["metadata"]["labels"][meta.LABEL_PRIORITY] = "0"
+    job = jobs(low)
+    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job's gang bound")
+    gpuq.submit(ns, "high", q, 2, 8, priority=100, annotations={SIM_DURATION: "8s"})
+    wait_for(
+        lambda: (
+            (batch.read_namespaced_job(job, ns).metadata.annotations or {}).get(meta.ANNOTATION_SUSPENDED_BY)
+            == "gpuq"
+        ),
+        30,
+        "the victim Job suspended by gpuq",
+    )
+    phase(gpuq, operator, ns, "high", "Running", timeout=60)
+    wait_for(lambda: "Preempted" in job_events(gpuq, ns, job), 30, "Preempted Event on the Job")
+    # Once its workers are gone gpuq lifts the suspension; the Job controller makes new pods, which
+    # wait for the quota the TrainingJob holds and then run as attempt 2.
+    phase(gpuq, operator, ns, "high", "Succeeded", timeout=60)
+    wait_for(lambda: (batch.read_namespaced_job(job, ns).status.succeeded or 0) == 2, 90, "the Job done")
+    done = batch.read_namespaced_job(job, ns)
+    assert not done.spec.suspend and meta.ANNOTATION_SUSPENDED_BY not in (done.metadata.annotations or {})
+    assert (done.status.failed or 0) == 0  # an eviction by suspension spends none of its backoffLimit
+
+
+def test_an_indexed_job_fails_over_to_healthy_nodes_as_attempt_two(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    jobs: Callable[[dict[str, Any]], str],
+    batch: k8s.BatchV1Api,
+) -> None:
+    if not cluster.can_fail_nodes:
+        pytest.skip("backend cannot fail nodes")
+    q = queue(64)
+    job = jobs(indexed_job("ft", q, 2, cluster.gpus_per_node, seconds=300))
+    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job's gang bound")
+    victim = bound(gpuq, ns, job)[0].spec.node_name
+    cluster.fail_node(victim)
+    try:
+
+        def attempt_two() -> bool:
+            pods = bound(gpuq, ns, job)
+            return len(pods) == 2 and all(
+                (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "2" for p in pods
+            )
+
+        wait_for(attempt_two, 90, "the gang bound again as attempt 2")
+        assert victim not in {p.spec.node_name for p in bound(gpuq, ns, job)}
+        wait_for(lambda: "NodeFailed" in job_events(gpuq, ns, job), 30, "NodeFailed Event on the Job")
+    finally:
+        cluster.recover_node(victim)

@@ -15,6 +15,7 @@ from test_gang_cache import job, pod
 from gpuq.api import meta
 from gpuq.api.trainingjob import Phase
 from gpuq.controller import bodies as b
+from gpuq.controller import lifecycle
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.gangs.resolve import Stray, StrayCode
 from gpuq.controller.gangs.strays import STRAY_GRACE, StrayReporter
@@ -22,7 +23,7 @@ from gpuq.controller.informer import Informer
 from gpuq.controller.loop import SchedulingLoop
 from gpuq.controller.metrics import Metrics
 from gpuq.controller.snapshot import GANG_INCOMPLETE, gang_shortfall
-from gpuq.controller.writer import AdmissionFailed, Writer
+from gpuq.controller.writer import GangPodsMissing, Writer
 from gpuq.core import SchedulerConfig, schedule
 
 NS = "team-a"
@@ -110,7 +111,7 @@ async def test_binding_writes_uid_and_attempt_and_binds_nothing_while_a_rank_has
             writer = Writer(
                 api, lonely, Metrics(), on_done=lambda: None, clock=lambda: b.T0 + 30 * next(ticks)
             )
-            with pytest.raises(AdmissionFailed, match="no pod to bind for rank 1"):
+            with pytest.raises(GangPodsMissing, match="no pod to bind for rank 1"):
                 await writer._bind_gang(lonely.jobs[GANG], 1, ("n2", "n3"), {})
     assert fake.seen == []  # all or nothing: rank 0 was not bound either
 
@@ -156,3 +157,43 @@ def test_the_loop_posts_the_stray_event_on_the_pod() -> None:
     now[0] += STRAY_GRACE
     loop.cycle()
     assert "stray:team-a/other-0" in writer.submitted
+
+
+async def test_a_gang_is_evicted_by_suspending_its_owner_and_resumed_once_its_workers_are_gone() -> None:
+    cache = cluster()
+    suspended = job(rv="2")
+    suspended["spec"]["suspend"] = True
+    suspended["metadata"]["annotations"] = {meta.ANNOTATION_SUSPENDED_BY: "gpuq"}
+    fake = FakeApi()
+    path = f"/apis/batch/v1/namespaces/{NS}/jobs/llama"
+    fake.on("PATCH", path, Reply(200, suspended))
+    async for server in serve(fake):
+        async with client(server) as api:
+            writer = Writer(api, cache, Metrics(), on_done=lambda: None, clock=lambda: b.T0)
+            await writer.suspend_owner(cache.jobs[GANG], True)
+    assert fake.requests("PATCH", path)[0].body == {
+        "spec": {"suspend": True},
+        "metadata": {"annotations": {meta.ANNOTATION_SUSPENDED_BY: "gpuq"}},
+    }
+    gang = cache.jobs[GANG]
+    assert gang.parked and gang.spec is not None and not gang.spec.suspend  # evicted, not stopped
+    preempted = gang.status.model_copy(update={"phase": Phase.PREEMPTED, "attempt": 1})
+    gang = cache.set_gang_status(GANG, preempted)
+    assert gang is not None
+    cfg = SchedulerConfig().failover
+    worker = pod(0, node="n1")
+    worker["metadata"]["annotations"] = {meta.LABEL_ATTEMPT: "1"}
+    cache.apply("pod", "ADDED", worker)
+    assert not lifecycle.observe(gang, cache.pods_of(GANG), b.T0, cfg).resume_owner  # still running
+    cache.apply("pod", "DELETED", worker)
+    plan = lifecycle.observe(gang, cache.pods_of(GANG), b.T0, cfg)
+    assert plan.resume_owner and plan.status["phase"] == Phase.QUEUED
+
+
+def test_a_job_its_user_suspended_is_a_stopped_gang_not_a_parked_one() -> None:
+    cache = cluster()
+    user = job(rv="2")
+    user["spec"]["suspend"] = True
+    cache.apply("owner:Job", "MODIFIED", user)
+    gang = cache.jobs[GANG]
+    assert gang.spec is not None and gang.spec.suspend and not gang.parked

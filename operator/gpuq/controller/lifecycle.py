@@ -36,6 +36,7 @@ class Plan:
     complete_admission: bool = False  # create the missing pods of the attempt and bind them
     clear_checkpoint_request: tuple[str, ...] = ()  # pod keys whose request annotation is stale
     recheck_at: float | None = None  # look at the job again then, even if nothing changes
+    resume_owner: bool = False  # lift the suspension gpuq put on a gang's owner to evict it
 
     def __bool__(self) -> bool:
         return bool(
@@ -44,6 +45,7 @@ class Plan:
             or self.delete_pods
             or self.complete_admission
             or self.clear_checkpoint_request
+            or self.resume_owner
         )
 
 
@@ -280,6 +282,8 @@ def observe(
 ) -> Plan:
     """The transition (if any) that the job's pods and status call for right now."""
     plan = _transition(job, pods, now, cfg, rec)
+    if job.parked and job.status.phase not in PLACED_PHASES and not any(p.live for p in pods):
+        plan = dataclasses.replace(plan, resume_owner=True)  # evicted, its workers gone
     if job.status.preemption is not None and job.status.phase in PLACED_PHASES:
         return plan
     # No preemption in progress: a checkpoint request left on a live worker is stale (e.g. from an

@@ -623,8 +623,14 @@ class SchedulingLoop:
             reason=reason,
         )
         live = tuple(p.key for p in self.cache.pods_of(victim.key, victim.uid) if p.live and not p.deleting)
+        # A gang of another owner is evicted by suspending its owner (its controller deletes the
+        # pods; a Job counts no failure for them), unless its user suspended it already.
+        park = victim.source is not None and not suspend
         event = (st.normal if ev.is_stop else st.warning)(reason, msg)
-        await self.writer.run_plan(victim, lifecycle.Plan(victim.key, status, (event,), live), failed)
+        plan = lifecycle.Plan(victim.key, status, (event,), () if park else live)
+        await self.writer.run_plan(victim, plan, failed)
+        if park:
+            await self.writer.suspend_owner(victim, True)
         if ev.is_stop:
             log.info("stopped", job=victim.key, queue=victim.spec.queue if victim.spec else None, why=msg)
             return

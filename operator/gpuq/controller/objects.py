@@ -108,6 +108,9 @@ class JobEntry:
     resource_version: str = field(default="", compare=False)
     # None: a TrainingJob. Else the kind of the owner whose gang this is (gpuq.controller.gangs).
     source: str | None = None
+    # Its owner is suspended by gpuq (how a gang of another owner is evicted): resumed once its
+    # workers are gone, so its controller makes the pods of the next admission.
+    parked: bool = False
 
     @property
     def key(self) -> str:

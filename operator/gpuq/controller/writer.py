@@ -33,8 +33,9 @@ from gpuq.api import meta
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller import intents, kubeapi, pods
 from gpuq.controller import status as st
-from gpuq.controller.cache import ClusterCache
+from gpuq.controller.cache import ClusterCache, owner_kind
 from gpuq.controller.gangs import record as gang_record
+from gpuq.controller.gangs.resolve import collection_path
 from gpuq.controller.kubeapi import ApiError, KubeApi, NotLeader, TokenBucket
 from gpuq.controller.lifecycle import Plan
 from gpuq.controller.metrics import Metrics
@@ -64,7 +65,14 @@ class AdmissionFailed(Exception):
     """A step of an admission failed for good; the gang is rolled back."""
 
 
+class GangPodsMissing(AdmissionFailed):
+    """A gang of another owner lacks a pod to bind (its controller has not made them all yet, e.g.
+    while it backs off after failures): nothing was bound; the gang is decided again when whole."""
+
+
 def _permanent(exc: BaseException) -> bool:
+    if isinstance(exc, GangPodsMissing):
+        return False
     return isinstance(exc, AdmissionFailed) or (isinstance(exc, ApiError) and not exc.transient)
 
 
@@ -217,7 +225,7 @@ class Writer:
     async def event(self, job: JobEntry, ev: st.Event) -> None:
         """An Event on the job: a TrainingJob, or the owner of a gang gpuq did not create."""
         if job.source is not None:
-            kind = gang_record.owner_kind(job.source)
+            kind = gang_record.kind_of(job.source)
             name = gang_record.owner_name(job.name)
             await self.object_event(job.namespace, kind.kind, name, job.uid, ev, kind.api_version)
             return
@@ -316,10 +324,34 @@ class Writer:
             await self.delete_pods(plan.delete_pods, force_nodes)
         if plan.complete_admission:
             await self.complete_admission(job)
+        if plan.resume_owner:
+            await self.suspend_owner(job, False)
         phase = plan.status.get("phase")
         if phase in (Phase.SUCCEEDED, Phase.FAILED):
             self.metrics.finished(job, phase)
         return job
+
+    async def suspend_owner(self, job: JobEntry, on: bool) -> None:
+        """Suspend the owner of a gang gpuq did not create, with gpuq's marker (how such a gang is
+        evicted: its controller deletes the pods, and a suspended Job does not count them as
+        failures), or lift that suspension. A suspension without the marker is its user's and is
+        never lifted here."""
+        assert job.source is not None
+        kind = gang_record.kind_of(job.source)
+        name = gang_record.owner_name(job.name)
+        patch: dict[str, Any] = {kind.suspend[-1]: on}
+        for part in reversed(kind.suspend[:-1]):
+            patch = {part: patch}
+        marker = meta.SCHEDULER_NAME if on else None
+        patch["metadata"] = {"annotations": {meta.ANNOTATION_SUSPENDED_BY: marker}}
+        try:
+            answer = await self.api.merge_patch(f"{collection_path(kind, job.namespace)}/{name}", patch)
+        except ApiError as exc:
+            if exc.not_found:
+                return  # deleted meanwhile: nothing left to suspend or resume
+            raise
+        self.cache.apply(owner_kind(kind), "MODIFIED", answer)
+        log.info("owner suspended" if on else "owner resumed", job=job.key, owner=f"{kind.kind}/{name}")
 
     # -- admission -----------------------------------------------------------------------------
     def current(self, job: JobEntry) -> JobEntry | None:
@@ -497,7 +529,7 @@ class Writer:
             if problem is None:
                 break
             if self.clock() > deadline:
-                raise AdmissionFailed(problem)
+                raise GangPodsMissing(problem)
             await asyncio.sleep(0.2)  # a re-placed gang: its owner is still creating the new pods
 
         async def bind(name: str, uid: str, node: str) -> None:

@@ -13,6 +13,7 @@ from gpuq.controller.gangs.owner import gang_demand
 API_VERSION = "batch/v1"
 KIND = "Job"
 PLURAL = "jobs"
+SUSPEND = ("spec", "suspend")
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MAX_SIZE = 4096  # a TrainingJob's largest gang
 

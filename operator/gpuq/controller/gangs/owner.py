@@ -97,6 +97,7 @@ def _spec(
     where: str,
     size: int,
     levels_by_label: Mapping[str, str],
+    suspended: bool,
 ) -> dict[str, Any]:
     labels = mapping(metadata.get("labels"))
     annotations = mapping(metadata.get("annotations"))
@@ -108,6 +109,9 @@ def _spec(
             f"{meta.SCHEDULER_NAME}: its pods go to another scheduler, and gpuq only counts their GPUs",
         )
     spec: dict[str, Any] = {
+        # Suspended by its user: stopped like a TrainingJob with spec.suspend. Suspended by gpuq
+        # (the marker): how gpuq evicts it; the gang is simply not placed meanwhile.
+        "suspend": suspended and not suspended_by_gpuq(metadata),
         "queue": labels.get(meta.LABEL_QUEUE, ""),
         "workers": {
             "replicas": size,
@@ -138,6 +142,11 @@ def _spec(
     return spec
 
 
+def suspended_by_gpuq(metadata: Mapping[str, Any]) -> bool:
+    """The owner carries gpuq's suspension marker: gpuq suspended it to evict its gang."""
+    return mapping(metadata.get("annotations")).get(meta.ANNOTATION_SUSPENDED_BY) == meta.SCHEDULER_NAME
+
+
 def _validation_message(exc: ValidationError) -> str:
     parts = []
     for e in exc.errors():
@@ -160,7 +169,7 @@ def gang_demand(
     if not isinstance(template, Mapping):
         return GangDemand.refused(GangCode.INVALID, f"{where} is missing", size)
     try:
-        spec = _spec(metadata, template, where, size, levels_by_label)
+        spec = _spec(metadata, template, where, size, levels_by_label, suspended)
     except _Bad as bad:
         return GangDemand(size, None, GangError(bad.code, bad.message), suspended)
     try:

@@ -15,6 +15,7 @@ from gpuq.controller.resources import QuantityError, pod_requests
 API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
 PLURAL = "pytorchjobs"
+SUSPEND = ("spec", "runPolicy", "suspend")
 REPLICA_TYPE = "training.kubeflow.org/replica-type"
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
 TYPES = ("Master", "Worker")

@@ -45,7 +45,7 @@ def restored(attempts: Sequence[int | None]) -> TrainingJobStatus:
     return TrainingJobStatus(attempt=max(0, latest - 1))
 
 
-def owner_kind(source: str) -> Kind:
+def kind_of(source: str) -> Kind:
     """The owner kind a gang entry's `source` names."""
     return next(k for k in KINDS.values() if k.kind == source)
 

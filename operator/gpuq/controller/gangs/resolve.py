@@ -24,13 +24,17 @@ class Kind:
     api_version: str
     kind: str
     plural: str
+    suspend: tuple[str, ...]  # the path of the owner's suspend field
     demand: Callable[[Mapping[str, Any], Mapping[str, str]], GangDemand]
     rank: Callable[[Mapping[str, Any], Mapping[str, Any]], int | None]  # (pod, owner body) -> rank
 
 
 KINDS: dict[tuple[str, str], Kind] = {
     (k.api_version, k.kind): k
-    for k in (Kind(m.API_VERSION, m.KIND, m.PLURAL, m.demand, m.rank_in) for m in (indexed_job, pytorchjob))
+    for k in (
+        Kind(m.API_VERSION, m.KIND, m.PLURAL, m.SUSPEND, m.demand, m.rank_in)
+        for m in (indexed_job, pytorchjob)
+    )
 }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from gpuq.api.trainingjob import TrainingJobStatus
 from gpuq.controller.gangs.demand import mapping
+from gpuq.controller.gangs.owner import suspended_by_gpuq
 from gpuq.controller.gangs.record import restored
 from gpuq.controller.gangs.resolve import KINDS, Kind, Member, Stray, gang_key, resolve
 from gpuq.controller.objects import JobEntry, parse_time
@@ -120,4 +121,5 @@ class GangTable:
             error=f"{demand.error.code}: {demand.error.message}" if demand.error is not None else None,
             deleting=md.get("deletionTimestamp") is not None,
             source=owner.kind.kind,
+            parked=demand.suspended and suspended_by_gpuq(md),
         )
