@@ -457,6 +457,20 @@ def test_invalid_queues_are_rejected_or_explained(
     assert queue_condition(gpuq, q, "Active")["status"] == "True"  # type: ignore[index]
     gpuq.patch_queue(q, {"nominalGPUs": 16})
     wait_for(lambda: queue_condition(gpuq, q, "OverQuota") is None, 30, "OverQuota gone with the quota back")
+    # In a cohort: a lender's quota lowered under what its peer borrows. The borrower says so.
+    cohort = f"c-{q}"
+    borrower, lender = queue(8, cohort=cohort), queue(16, cohort=cohort)
+    gpuq.submit(ns, "borrows", borrower, 2, 8)
+    phase(gpuq, operator, ns, "borrows", "Running")
+    assert queue_condition(gpuq, borrower, "OverQuota") is None
+    gpuq.patch_queue(lender, {"nominalGPUs": 0})
+    cond = wait_for(lambda: queue_condition(gpuq, borrower, "OverQuota"), 30, "OverQuota on the borrower")
+    assert cond["reason"] == "CohortQuotaLowered" and "lends 0 GPUs for the 8" in cond["message"], cond
+    wait_for(lambda: "CohortQuotaLowered" in queue_warnings(gpuq, borrower), 10, "a CohortQuotaLowered Event")
+    assert gpuq.status(ns, "borrows")["phase"] == "Running"  # nothing is evicted for it
+    assert queue_condition(gpuq, lender, "OverQuota") is None  # the lender borrows nothing
+    gpuq.patch_queue(lender, {"nominalGPUs": 16})
+    wait_for(lambda: queue_condition(gpuq, borrower, "OverQuota") is None, 30, "OverQuota gone, lender back")
     assert operator.alive
 
 

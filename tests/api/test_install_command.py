@@ -11,30 +11,50 @@ from pathlib import Path
 from gpuq.api import crd
 
 ROOT = Path(__file__).resolve().parents[2]
-# `kubectl apply` of something named crds (a directory, a file in it), in any spelling of the flag.
-APPLY_CRDS = re.compile(r"kubectl apply\s+(?:-f|-k|--filename|--kustomize)[= ]\s*\S*crds\S*")
+# `kubectl apply` (or create, replace) of something named crds (a directory, a file in it), in any
+# spelling of the flag, other flags (--server-side, -R) before it.
+APPLY_CRDS = re.compile(
+    r"kubectl\s+(?:apply|create|replace)\b[^\n`|;&]*?\s(?:-f|-k|--filename|--kustomize)[= ]\s*"
+    r"\S*crds[^\s`'\"\\]*"  # the name ends before a quote or an escape (\n in a string)
+)
+SELF = str(Path(__file__).resolve().relative_to(ROOT))
+TEXT = {".md", ".py", ".txt", ".yaml", ".yml", ".tpl", ".sh", ".toml", ".cfg", ".json", ""}
 
 
 def tracked_texts() -> dict[str, str]:
+    """Every tracked text file of the repository (Makefile, e2e/, bench/ and tests/ included)."""
     files = subprocess.run(
-        ["git", "ls-files", "README.md", "docs", "operator", "charts", "manifests", "deploy", "hack"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
     out = {}
     for name in files:
         path = ROOT / name
-        if path.suffix in {".md", ".py", ".txt", ".yaml", ".tpl", ".sh"} and path.is_file():
-            out[name] = path.read_text()
+        if path.suffix in TEXT and path.is_file():
+            try:
+                out[name] = path.read_text()
+            except UnicodeDecodeError:
+                continue
     return out
+
+
+def test_the_pattern_sees_the_spellings_that_drifted() -> None:
+    """Otherwise the next test passes whatever the files say."""
+    for wrong in (
+        "kubectl apply -f crds/",
+        "kubectl apply -f ./crds",
+        "kubectl apply --server-side -f crds/gpuq.dev_gpuqueues.yaml",
+        "kubectl create -f crds/",
+        "kubectl apply --filename=crds/",
+        "kubectl apply -R -k ../crds",
+    ):
+        assert APPLY_CRDS.search(f"run `{wrong}` first"), wrong
 
 
 def test_every_crd_install_command_is_the_one_that_works() -> None:
     mentions = {
         (name, match.group(0).rstrip("`'\").,"))
         for name, text in tracked_texts().items()
+        if name != SELF  # its own examples of wrong spellings
         for match in APPLY_CRDS.finditer(text)
     }
     assert mentions, "no mention found: is the pattern still right?"

@@ -6,7 +6,10 @@ from decimal import Decimal
 
 import pytest
 
+from gpuq.controller import bodies as b
+from gpuq.controller.objects import parse_node
 from gpuq.controller.resources import QuantityError, parse_quantity, pod_requests, resources_from_list
+from gpuq.core.model import Resources
 
 
 @pytest.mark.parametrize(
@@ -33,7 +36,8 @@ def test_bad_quantity_is_rejected(text: str) -> None:
 
 def test_resource_list_rounds_up_and_keeps_extended_resources() -> None:
     r = resources_from_list(
-        {"cpu": "1500m", "memory": "1Ki", "nvidia.com/gpu": "8", "rdma/hca": "1", "pods": "110"}
+        {"cpu": "1500m", "memory": "1Ki", "nvidia.com/gpu": "8", "rdma/hca": "1", "pods": "110"},
+        "status.allocatable",
     )
     assert (r.cpu_millis, r.memory_bytes, r.gpus) == (1500, 1024, 8)
     assert r.extra == {"rdma/hca": 1}
@@ -88,3 +92,11 @@ def test_a_bad_quantity_names_its_field(spec: dict[str, object], path: str) -> N
         + ": not a Kubernetes quantity",
     ):
         pod_requests(spec, "spec.workers.template.spec")
+
+
+def test_a_node_with_a_bad_quantity_names_the_field() -> None:
+    """The API server validates a Node's quantities, so this is about gpuq never printing one without
+    its path: the node is kept, with no allocatable and the error saying where."""
+    node = parse_node(b.node("n0") | {"status": {"allocatable": {"cpu": "lots"}, "capacity": {}}})
+    assert node.allocatable == Resources()
+    assert node.error == "status.allocatable.cpu: not a Kubernetes quantity: 'lots'"

@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gpuq.api.meta import (
     NAME_PATTERN,
@@ -41,11 +41,18 @@ class SelectorOperator(StrEnum):
     DOES_NOT_EXIST = "DoesNotExist"
 
 
+# Each CEL rule below is also a validator of the model, so the operator refuses an object stored
+# before the rule existed as the API server refuses a new one (tests/api/test_rules_mirrored.py).
+_VALUES_RULE = "In/NotIn need values; Exists/DoesNotExist take none"
+_LENDING_RULE = "lendingLimitGPUs cannot exceed nominalGPUs"
+_COHORT_RULE = "borrowingLimitGPUs and lendingLimitGPUs need a cohort"
+
+
 class LabelSelectorRequirement(ApiModel):
     model_config = with_rules(
         cel(
             "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
-            "In/NotIn need values; Exists/DoesNotExist take none",
+            _VALUES_RULE,
         )
     )
 
@@ -54,6 +61,13 @@ class LabelSelectorRequirement(ApiModel):
     values: list[LabelValue] = Field(
         default_factory=list, max_length=64, description="Label values for In/NotIn."
     )
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> LabelSelectorRequirement:
+        # `In []` matches no namespace: its jobs would be told to label theirs, which cannot help.
+        if (self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)) != bool(self.values):
+            raise ValueError(_VALUES_RULE)
+        return self
 
 
 class LabelSelector(ApiModel):
@@ -103,12 +117,12 @@ class GPUQueueSpec(ApiModel):
     model_config = with_rules(
         cel(
             "!has(self.lendingLimitGPUs) || self.lendingLimitGPUs <= self.nominalGPUs",
-            "lendingLimitGPUs cannot exceed nominalGPUs",
+            _LENDING_RULE,
             ".lendingLimitGPUs",
         ),
         cel(
             "has(self.cohort) || (!has(self.borrowingLimitGPUs) && !has(self.lendingLimitGPUs))",
-            "borrowingLimitGPUs and lendingLimitGPUs need a cohort",
+            _COHORT_RULE,
         ),
     )
 
@@ -166,6 +180,22 @@ class GPUQueueSpec(ApiModel):
             "checkpoint first, back into the queue. None: admit as usual. `gpuq queue hold|release`."
         ),
     )
+
+    @field_validator("lending_limit_gpus")
+    @classmethod
+    def _lends_from_nominal(cls, value: int | None, info: ValidationInfo) -> int | None:
+        nominal = info.data.get("nominal_gpus")  # absent when nominalGPUs itself failed
+        if value is not None and nominal is not None and value > nominal:
+            raise ValueError(_LENDING_RULE)
+        return value
+
+    @model_validator(mode="after")
+    def _limits_need_a_cohort(self) -> GPUQueueSpec:
+        if self.cohort is None and (
+            self.borrowing_limit_gpus is not None or self.lending_limit_gpus is not None
+        ):
+            raise ValueError(_COHORT_RULE)
+        return self
 
     def to_core(self, name: str) -> Queue:
         """The scheduling core's view of this queue (used by the operator and the simulator)."""

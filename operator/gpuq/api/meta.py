@@ -7,6 +7,7 @@ objects with them.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -111,11 +112,13 @@ class ApiModel(BaseModel):
 def field_path(loc: tuple[int | str, ...], root: str = "") -> str:
     """A pydantic error location as Kubernetes spells a field path: `spec.containers[0].name`."""
     path = root
-    for part in loc:
+    for i, part in enumerate(loc):
         if isinstance(part, int):
             path += f"[{part}]"
         elif part == "[key]":  # pydantic's marker for a dict key (the part before it is the key)
             path += " (key)"
+        elif loc[i + 1 : i + 2] == ("[key]",):  # a bad key, quoted: it may be empty or hold spaces
+            path += f"[{json.dumps(part)}]"
         else:
             path += f".{part}" if path else part
     return path or "<root>"

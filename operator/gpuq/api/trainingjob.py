@@ -143,15 +143,14 @@ class Workers(ApiModel):
     )
 
 
+_REQUIRED_LEVEL = "mode Required needs a level"
+
+
 class TopologySpec(ApiModel):
     """Where the gang may be placed in the topology (levels come from the scheduler config)."""
 
     model_config = with_rules(
-        cel(
-            "!has(self.mode) || self.mode != 'Required' || has(self.level)",
-            "mode Required needs a level",
-            ".level",
-        )
+        cel("!has(self.mode) || self.mode != 'Required' || has(self.level)", _REQUIRED_LEVEL, ".level")
     )
 
     level: str | None = Field(
@@ -168,6 +167,13 @@ class TopologySpec(ApiModel):
             "level that could hold it, up to the scheduler's localityWaitSeconds (default one day)."
         ),
     )
+
+    @model_validator(mode="after")
+    def _required_has_a_level(self) -> TopologySpec:
+        # The CEL rule's mirror, for a job stored before it (tests/api/test_rules_mirrored.py).
+        if self.mode is TopologyMode.REQUIRED and self.level is None:
+            raise ValueError(_REQUIRED_LEVEL)
+        return self
 
 
 class CheckpointSpec(ApiModel):

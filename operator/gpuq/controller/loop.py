@@ -107,19 +107,16 @@ def _core_schedule() -> ScheduleFn:
     return IncrementalSchedule()
 
 
-def _queue_conditions(q: QueueEntry, cores: Mapping[str, Queue], used: int, now: float) -> list[Condition]:
-    """The queue's conditions after a cycle that counted `used` GPUs for it (`cores`: every valid
-    queue as the core saw it)."""
+def _queue_conditions(
+    q: QueueEntry, cores: Mapping[str, Queue], over: Mapping[str, queuehealth.OverQuota], now: float
+) -> list[Condition]:
+    """The queue's conditions after a cycle (`cores`: every valid queue as the core saw it; `over`:
+    the queues holding more than their quota allows, by queuehealth.over_quotas)."""
     core = cores.get(q.name)
     if q.spec is None or core is None:
-        return st.queue_conditions(q.status.conditions, q.error or "invalid spec", None, None, False, now)
+        return st.queue_conditions(q.status.conditions, q.error or "invalid spec", None, None, now)
     return st.queue_conditions(
-        q.status.conditions,
-        None,
-        queuehealth.cannot_admit(core, cores),
-        queuehealth.over_quota(core, used),
-        core.cohort is not None,
-        now,
+        q.status.conditions, None, queuehealth.cannot_admit(core, cores), over.get(q.name), now
     )
 
 
@@ -783,9 +780,10 @@ class SchedulingLoop:
             self._pending_figures = pending_figures(d.pending, view.excluded, self.cache.jobs)
         self.metrics.publish_figures(queue_figures(self.cache.queues, d, admitted), *self._pending_figures)
         cores = {q.name: q for q in view.snapshot.queues}
+        over = queuehealth.over_quotas(cores, d.queue_usage)
         for name, q in self.cache.queues.items():
             used, borrowed = d.queue_usage.get(name, 0), d.queue_borrowed.get(name, 0)
-            conditions = _queue_conditions(q, cores, used, now)
+            conditions = _queue_conditions(q, cores, over, now)
             patch = st.patch(
                 q.status,
                 used_gpus=used,

@@ -192,8 +192,8 @@ def parse_node(body: Mapping[str, Any]) -> NodeEntry:
         )
     error = None
     try:
-        allocatable = resources_from_list(status.get("allocatable"))
-        capacity_gpus = resources_from_list(status.get("capacity")).gpus
+        allocatable = resources_from_list(status.get("allocatable"), "status.allocatable")
+        capacity_gpus = resources_from_list(status.get("capacity"), "status.capacity").gpus
     except QuantityError as exc:
         allocatable, capacity_gpus, error = Resources(), 0, str(exc)
     return NodeEntry(

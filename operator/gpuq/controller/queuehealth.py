@@ -1,14 +1,15 @@
 """What a GPUQueue's quota says about it beyond the schema (pure; docs/api.md, "GPUQueue").
 
-The CRD schema checks each field, but not what the fields mean together or against what the queue
-already holds: a queue that can admit no job at all, and one that holds more than its quota allows
-now that its quota was lowered under it. The operator reports both as conditions with a Warning
-Event (gpuq.controller.status); `gpuq doctor` asks the same questions.
+The CRD schema checks each field, but not what the fields mean together or against what the queues
+already hold: a queue that can admit no job at all, and one that holds more than its quota allows
+now that its quota (or its cohort's) was lowered under it. The operator reports both as conditions
+with a Warning Event (gpuq.controller.status); `gpuq doctor` asks the first question too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from gpuq.core.model import Queue
 from gpuq.core.quota import lendable
@@ -33,23 +34,56 @@ def cannot_admit(q: Queue, queues: Mapping[str, Queue]) -> str | None:
     return None
 
 
-def over_quota(q: Queue, used: int) -> str | None:
-    """Why the queue holds more GPUs than its quota allows (None when it does not): its quota was
-    lowered under jobs already admitted. Nothing is evicted for it; the queue admits new jobs only
-    within the new quota (gpuq.core.quota), so it drains back as its jobs finish."""
-    if q.cohort is None:
+@dataclass(frozen=True, slots=True)
+class OverQuota:
+    reason: str  # NominalLowered, BorrowingLimitLowered or CohortQuotaLowered
+    message: str
+
+
+_NOT_EVICTED = "running jobs are not evicted for it"
+
+
+def over_quotas(queues: Mapping[str, Queue], usage: Mapping[str, int]) -> dict[str, OverQuota]:
+    """The queues that hold more GPUs than their quota allows now (`usage`: GPUs each holds): a
+    quota was lowered under jobs already admitted. Nothing is evicted for it; new jobs are admitted
+    only within the new quota (gpuq.core.quota), so it drains back as jobs finish."""
+    # Per cohort: GPUs its queues borrow in all, and GPUs they lend (gpuq.core.quota's invariant:
+    # the first must not exceed the second).
+    borrowed_in: dict[str, int] = {}
+    lent_in: dict[str, int] = {}
+    for p in queues.values():
+        if p.cohort is not None:
+            used = usage.get(p.name, 0)
+            borrowed_in[p.cohort] = borrowed_in.get(p.cohort, 0) + max(0, used - p.nominal_gpus)
+            lent_in[p.cohort] = lent_in.get(p.cohort, 0) + lendable(p, used)
+    out = {}
+    for name, q in queues.items():
+        used = usage.get(name, 0)
         if used <= q.nominal_gpus:
-            return None
-        return (
-            f"holds {used} GPUs, above its nominalGPUs {q.nominal_gpus}: running jobs are not evicted "
-            "for it; new jobs are admitted only within the quota"
-        )
-    borrowed = used - q.nominal_gpus
-    limit = q.borrowing_limit_gpus
-    if limit is None or borrowed <= limit:
-        return None
-    return (
-        f"borrows {borrowed} GPUs ({used} held, nominalGPUs {q.nominal_gpus}), above its "
-        f"borrowingLimitGPUs {limit}: running jobs are not evicted for it; new jobs are admitted only "
-        "within the limit"
-    )
+            continue
+        if q.cohort is None:
+            out[name] = OverQuota(
+                "NominalLowered",
+                f"holds {used} GPUs, above its nominalGPUs {q.nominal_gpus}: {_NOT_EVICTED}; new jobs "
+                "are admitted only within the quota",
+            )
+            continue
+        borrowed, limit = used - q.nominal_gpus, q.borrowing_limit_gpus
+        held = f"borrows {borrowed} GPUs ({used} held, nominalGPUs {q.nominal_gpus})"
+        if limit is not None and borrowed > limit:
+            out[name] = OverQuota(
+                "BorrowingLimitLowered",
+                f"{held}, above its borrowingLimitGPUs {limit}: {_NOT_EVICTED}; new jobs are admitted "
+                "only within the limit",
+            )
+        elif borrowed_in[q.cohort] > lent_in[q.cohort]:
+            # A lender's nominalGPUs or lendingLimitGPUs (or this queue's nominalGPUs) was lowered
+            # under what the cohort already borrows: GPUs are borrowed that nobody lends any more.
+            out[name] = OverQuota(
+                "CohortQuotaLowered",
+                f"{held}, but cohort {q.cohort} now lends {lent_in[q.cohort]} GPUs for the "
+                f"{borrowed_in[q.cohort]} its queues borrow (a quota in it was lowered): {_NOT_EVICTED}; "
+                "new jobs of the cohort wait until its borrowing is back within what it lends, or "
+                "reclaim borrowed GPUs as their queue's preemption policy allows",
+            )
+    return out

@@ -39,15 +39,12 @@ def parse_quantity(value: str | int | float) -> Decimal:
 
 
 def _quantities(values: Mapping[str, Any] | None, where: str) -> dict[str, Decimal]:
-    """Each quantity of a ResourceList; a bad one is a QuantityError naming its field (`where`.name)
-    when `where` is given."""
+    """Each quantity of a ResourceList; a bad one is a QuantityError naming its field (`where`.name)."""
     out: dict[str, Decimal] = {}
     for name, raw in (values or {}).items():
         try:
             out[name] = parse_quantity(raw)
         except QuantityError as exc:
-            if not where:
-                raise
             raise QuantityError(f"{where}.{name}: {exc}") from None
     return out
 
@@ -68,8 +65,9 @@ def _resources(quantities: Mapping[str, Decimal]) -> Resources:
     return Resources(gpus, cpu, memory, extra)
 
 
-def resources_from_list(values: Mapping[str, Any] | None, where: str = "") -> Resources:
-    """A ResourceList (requests, allocatable) as Resources; errors name `where`.name if given."""
+def resources_from_list(values: Mapping[str, Any] | None, where: str) -> Resources:
+    """A ResourceList (requests, allocatable) as Resources; errors name the field, `where`.name
+    (`where` is the list's path, e.g. status.allocatable: no message without one)."""
     return _resources(_quantities(values, where)) if values else Resources()
 
 

@@ -11,7 +11,7 @@ GPUQueue conditions (gpuq.controller.queuehealth says why):
   Active               True (Ready) when the queue can admit jobs; False with the reason: InvalidSpec
                        (the spec fails gpuq's checks) or CannotAdmit (its quota admits no job).
   OverQuota            True while the queue holds more than its lowered quota allows (reason
-                       NominalLowered or BorrowingLimitLowered); absent otherwise.
+                       NominalLowered, BorrowingLimitLowered or CohortQuotaLowered); absent otherwise.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuq.api.meta import Condition, ConditionStatus
+from gpuq.controller.queuehealth import OverQuota
 
 ADMITTED = "Admitted"
 BLOCKED = "Blocked"
@@ -87,8 +88,7 @@ def queue_conditions(
     conditions: Sequence[Condition],
     error: str | None,
     cannot_admit: str | None,
-    over_quota: str | None,
-    cohort: bool,
+    over_quota: OverQuota | None,
     now: float,
 ) -> list[Condition]:
     """A GPUQueue's conditions: `error` (its spec failed gpuq's checks), `cannot_admit` and
@@ -101,8 +101,7 @@ def queue_conditions(
         out = with_condition(conditions, ACTIVE, True, "Ready", "the queue admits jobs", now)
     if over_quota is None:
         return without_condition(out, OVER_QUOTA)
-    reason = "BorrowingLimitLowered" if cohort else "NominalLowered"
-    return with_condition(out, OVER_QUOTA, True, reason, over_quota, now)
+    return with_condition(out, OVER_QUOTA, True, over_quota.reason, over_quota.message, now)
 
 
 # Queue conditions that are a problem in this state, and whether a new message alone is news (not
