@@ -16,7 +16,7 @@ from gpuq.cli import build_parser
 from gpuq.core.config import SchedulerConfig
 from gpuq.devcluster import Shape
 from gpuq.devcluster.cli import up_command
-from gpuq.doctor.checks import OPERATOR_SA, Context, _scheduler_fix, operator_subject
+from gpuq.doctor.checks import FAIL, OPERATOR_SA, Context, _scheduler_fix, check_operator, operator_subject
 
 
 def context(lease: Any = None, **kw: Any) -> Context:
@@ -66,6 +66,16 @@ def test_kube_schedulers_fix_on_a_dev_cluster_is_its_up_command() -> None:
     fix = _scheduler_fix(context(dev_cluster=dev))
     assert fix.startswith("gpuq cluster up --name h1 --racks 2 --nodes-per-rack 4 --scheduler-extender")
     assert _scheduler_fix(context()).startswith("gpuq extender config")
+
+
+def test_with_no_operator_a_dev_cluster_is_told_to_run_it_from_the_checkout() -> None:
+    """kwok plays a dev cluster's kubelets: the Deployment's pod would look Running and run nothing."""
+    dev = SimpleNamespace(name="h1", shape=Shape(), kubeconfig="/c/h1/kubeconfig")
+    result = check_operator(context(dev_cluster=dev))
+    assert result.status == FAIL and result.fix.startswith("gpuq operator run --kubeconfig /c/h1/kubeconfig")
+    assert "manifests" not in result.fix
+    real = check_operator(context())
+    assert real.status == FAIL and "kubectl apply -k manifests/" in real.fix
 
 
 def test_rbac_is_checked_for_the_leaders_identity() -> None:

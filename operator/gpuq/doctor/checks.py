@@ -179,10 +179,16 @@ def _age(stamp: Any) -> float | None:
     return float((datetime.now(UTC) - stamp).total_seconds())
 
 
+def _operator_fix(ctx: Context) -> str:
+    if ctx.dev_cluster is None:
+        start = "kubectl apply -k manifests/ (or gpuq operator run)"
+        return f"kubectl -n {ctx.namespace} get pods,lease; start it: {start}"
+    # kwok plays a dev cluster's kubelets: the Deployment's pod would look Running and run nothing.
+    return f"gpuq operator run --kubeconfig {ctx.dev_cluster.kubeconfig} (from the checkout)"
+
+
 def check_operator(ctx: Context) -> Result:
-    fix = (
-        "kubectl -n gpuq-system get pods,lease; start it: kubectl apply -k manifests/ (or gpuq operator run)"
-    )
+    fix = _operator_fix(ctx)
     lease = ctx.lease_object()
     if lease is None:
         return Result("operator", FAIL, f"no Lease {ctx.namespace}/{ctx.lease}: no operator ever led", fix)
