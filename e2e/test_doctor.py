@@ -151,6 +151,10 @@ def test_rbac_is_checked_for_the_identity_the_leader_runs_as(setup: Setup) -> No
     # The operator as its ServiceAccount (as the Deployment runs it): that is what is checked now.
     s.kubectl("apply", "-f", "manifests/rbac.yaml")
     s.stop_operator()
+    # Nobody leads: on a dev cluster the operator would run from the checkout as this kubeconfig's user.
+    found = s.doctor()
+    assert found["rbac"]["status"] == "pass" and found["rbac"]["detail"].startswith("gpuq-admin (no "), found
+    assert found["operator"]["fix"].startswith("gpuq operator run --kubeconfig "), found["operator"]
     binding: Any = k8s.RbacAuthorizationV1Api(s.cluster.api)
     try:
         s.start_operator(service_account_kubeconfig(s.cluster, s.work / "sa.kubeconfig"), "sa")
