@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from gpuq.api import meta
@@ -62,7 +63,7 @@ class Setup:
         user: str | None = (lease.metadata.annotations or {}).get(meta.ANNOTATION_LEADER_USER)
         return user
 
-    def doctor(self) -> dict[str, dict[str, str]]:
+    def doctor(self, kubeconfig: Path | None = None) -> dict[str, dict[str, str]]:
         cmd = [
             sys.executable,
             "-m",
@@ -70,7 +71,7 @@ class Setup:
             "doctor",
             "--json",
             "--kubeconfig",
-            str(self.cluster.kubeconfig),
+            str(kubeconfig or self.cluster.kubeconfig),
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         return {r["name"]: r for r in json.loads(proc.stdout)}
@@ -122,6 +123,23 @@ def test_kube_schedulers_fix_on_a_dev_cluster_is_the_command_that_works(setup: S
         dev.use_scheduler_extender(None)
 
 
+def test_a_merged_kubeconfig_gets_the_dev_clusters_advice(setup: Setup) -> None:
+    """The dev cluster's kubeconfig merged into another file, its context renamed and current (as
+    `kubectl config view --flatten` into ~/.kube/config leaves it): still this dev cluster."""
+    s, dev = setup, setup.cluster.dev
+    doc = yaml.safe_load(s.cluster.kubeconfig.read_text())
+    (context,) = doc["contexts"]
+    other = {"name": "prod", "context": {"cluster": "prod", "user": context["context"]["user"]}}
+    doc["clusters"].append({"name": "prod", "cluster": {"server": "https://192.0.2.1:6443"}})
+    doc["contexts"] = [other, {**context, "name": "my-dev"}]
+    doc["current-context"] = "my-dev"
+    merged = s.work / "merged-kubeconfig"
+    merged.write_text(yaml.safe_dump(doc))
+    scheduler = s.doctor(merged)["kube-scheduler"]
+    assert scheduler["status"] == "fail", scheduler
+    assert scheduler["fix"].startswith(up_command(dev.name, dev.shape, s.url)), scheduler
+
+
 def test_rbac_is_checked_for_the_identity_the_leader_runs_as(setup: Setup) -> None:
     s = setup
     rbac = s.doctor()["rbac"]
@@ -133,6 +151,10 @@ def test_rbac_is_checked_for_the_identity_the_leader_runs_as(setup: Setup) -> No
     # The operator as its ServiceAccount (as the Deployment runs it): that is what is checked now.
     s.kubectl("apply", "-f", "manifests/rbac.yaml")
     s.stop_operator()
+    # Nobody leads: on a dev cluster the operator would run from the checkout as this kubeconfig's user.
+    found = s.doctor()
+    assert found["rbac"]["status"] == "pass" and found["rbac"]["detail"].startswith("gpuq-admin (no "), found
+    assert found["operator"]["fix"].startswith("gpuq operator run --kubeconfig "), found["operator"]
     binding: Any = k8s.RbacAuthorizationV1Api(s.cluster.api)
     try:
         s.start_operator(service_account_kubeconfig(s.cluster, s.work / "sa.kubeconfig"), "sa")

@@ -139,3 +139,23 @@ def test_the_documented_torchrun_line_uses_the_per_pod_variables_gpuq_sets() -> 
     # Per pod: the gang has 4 workers of 8 GPUs; WORLD_SIZE counts the workers, RANK is this one's.
     assert (env["WORLD_SIZE"], env["RANK"], env["GPUQ_GPUS_PER_WORKER"]) == ("4", "2", "8")
     assert "pods (workers), not processes" in docs
+
+
+def test_the_documented_worker_env_is_exactly_what_the_pod_builder_sets() -> None:
+    """docs/api.md lists the env gpuq sets on every worker; a variable added to (or dropped from)
+    the pod builder without the list fails here, so the list cannot drift."""
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    section = docs.split("### What gpuq sets on every worker pod", 1)[1].lstrip("\n").split("\n\n", 1)[0]
+    (item,) = [b for b in re.split(r"\n- ", section) if b.startswith("env on every container")]
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]*)[=`]", item))
+    ckpt = CheckpointReport(step=1, path="/ckpt/1", time=datetime(2024, 1, 1, tzinfo=UTC))
+    pod = worker_pod("ns1", "llm", "uid-1", spec(), rank=1, attempt=2, restarts=1, resume=ckpt)
+    fixed = {k: v for k, v in re.findall(r"`([A-Z][A-Z0-9_]*)=([^`<]+)`", item)}  # no <placeholder>
+    assert fixed, item
+    for container in pod["spec"]["containers"]:
+        set_here = {e["name"] for e in container["env"]} - {"KEEP"}  # KEEP: the template's own
+        assert documented == set_here, (sorted(documented - set_here), sorted(set_here - documented))
+        assert {k: env_of(container)[k] for k in fixed} == fixed

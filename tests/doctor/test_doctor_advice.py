@@ -16,7 +16,17 @@ from gpuq.cli import build_parser
 from gpuq.core.config import SchedulerConfig
 from gpuq.devcluster import Shape
 from gpuq.devcluster.cli import up_command
-from gpuq.doctor.checks import OPERATOR_SA, Context, _scheduler_fix, operator_subject
+from gpuq.doctor import checks
+from gpuq.doctor.checks import (
+    FAIL,
+    OPERATOR_SA,
+    SKIP,
+    Context,
+    _scheduler_fix,
+    check_operator,
+    check_queues,
+    operator_subject,
+)
 
 
 def context(lease: Any = None, **kw: Any) -> Context:
@@ -68,6 +78,16 @@ def test_kube_schedulers_fix_on_a_dev_cluster_is_its_up_command() -> None:
     assert _scheduler_fix(context()).startswith("gpuq extender config")
 
 
+def test_with_no_operator_a_dev_cluster_is_told_to_run_it_from_the_checkout() -> None:
+    """kwok plays a dev cluster's kubelets: the Deployment's pod would look Running and run nothing."""
+    dev = SimpleNamespace(name="h1", shape=Shape(), kubeconfig="/c/h1/kubeconfig")
+    result = check_operator(context(dev_cluster=dev))
+    assert result.status == FAIL and result.fix.startswith("gpuq operator run --kubeconfig /c/h1/kubeconfig")
+    assert "manifests" not in result.fix
+    real = check_operator(context())
+    assert real.status == FAIL and "kubectl apply -k manifests/" in real.fix
+
+
 def test_rbac_is_checked_for_the_leaders_identity() -> None:
     annotated = lease(
         "vm_1", {meta.ANNOTATION_LEADER_USER: "gpuq-admin", meta.ANNOTATION_LEADER_GROUPS: "system:masters"}
@@ -82,7 +102,7 @@ def test_rbac_is_checked_for_the_leaders_identity() -> None:
     [
         (None, "no operator leads"),
         (lease("vm_1", None), "the leader does not say whom it runs as"),
-        (lease("", {meta.ANNOTATION_LEADER_USER: "gpuq-admin"}), "the leader does not say"),  # released
+        (lease("", {meta.ANNOTATION_LEADER_USER: "gpuq-admin"}), "no operator leads: the Lease is released"),
     ],
 )
 def test_without_a_leaders_identity_it_says_it_checked_the_service_account(the_lease: Any, why: str) -> None:
@@ -96,3 +116,37 @@ def test_the_extender_is_looked_for_where_the_config_has_it_listen() -> None:
     ctx.config = SchedulerConfig(extender_bind_address="0.0.0.0", extender_port=18888)
     assert ctx.extender == "http://127.0.0.1:18888"
     assert context(extender_url="http://10.0.0.1:80").extender == "http://10.0.0.1:80"
+
+
+def test_with_no_leader_a_dev_cluster_checks_the_kubeconfigs_own_user() -> None:
+    """Its advice is `gpuq operator run` with this kubeconfig, so that user is who will run it;
+    the Deployment's ServiceAccount would fail with a fix that does not apply there."""
+    dev = SimpleNamespace(name="h1", shape=Shape(), kubeconfig="/c/h1/kubeconfig")
+    ctx = context(None, dev_cluster=dev)
+    ctx.whoami = lambda: ("gpuq-admin", ("system:masters", "system:authenticated"))  # type: ignore[method-assign]
+    subject = operator_subject(ctx)
+    assert (subject.user, subject.groups) == ("gpuq-admin", ("system:masters", "system:authenticated"))
+    assert "no operator leads" in subject.why and "this kubeconfig" in subject.why
+    ctx.whoami = lambda: None  # type: ignore[method-assign]  # the server does not say
+    assert operator_subject(ctx).user == OPERATOR_SA
+
+
+def test_queues_without_the_crd_are_skipped_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = context()
+
+    def fails(status: int, reason: str) -> Any:
+        def call(*_: Any) -> Any:
+            exc = k8s.ApiException(status=status, reason=reason)
+            exc.body, exc.headers = "etcd\nfailed", {"Audit-Id": "x"}
+            raise exc
+
+        return SimpleNamespace(list_cluster_custom_object=call)
+
+    ctx.custom = fails(404, "Not Found")
+    result = check_queues(ctx)
+    assert result.status == SKIP and "CRD" in result.detail
+    # Any other API error a check meets is one line naming the status, not the whole response.
+    ctx.custom = fails(500, "Internal Server Error")
+    monkeypatch.setattr(checks, "CHECKS", (check_queues,))
+    (queues,) = checks.run_checks(ctx)
+    assert queues.status == FAIL and "\n" not in queues.detail and "500" in queues.detail, queues

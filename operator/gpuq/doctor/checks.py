@@ -86,6 +86,16 @@ class Context:
         host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         return f"http://{host}:{self.config.extender_port}"
 
+    def whoami(self) -> tuple[str, tuple[str, ...]] | None:
+        """The user and groups this client is authenticated as (a SelfSubjectReview); None when the
+        server does not say."""
+        auth: Any = k8s.AuthenticationV1Api(self.api)
+        try:
+            info = auth.create_self_subject_review(k8s.V1SelfSubjectReview()).status.user_info
+        except k8s.ApiException:
+            return None
+        return (str(info.username), tuple(info.groups or ())) if info and info.username else None
+
     def lease_object(self) -> Any:
         """The leader-election Lease, None when there is none."""
         coord: Any = k8s.CoordinationV1Api(self.api)
@@ -179,10 +189,16 @@ def _age(stamp: Any) -> float | None:
     return float((datetime.now(UTC) - stamp).total_seconds())
 
 
+def _operator_fix(ctx: Context) -> str:
+    if ctx.dev_cluster is None:
+        start = "kubectl apply -k manifests/ (or gpuq operator run)"
+        return f"kubectl -n {ctx.namespace} get pods,lease; start it: {start}"
+    # kwok plays a dev cluster's kubelets: the Deployment's pod would look Running and run nothing.
+    return f"gpuq operator run --kubeconfig {ctx.dev_cluster.kubeconfig} (from the checkout)"
+
+
 def check_operator(ctx: Context) -> Result:
-    fix = (
-        "kubectl -n gpuq-system get pods,lease; start it: kubectl apply -k manifests/ (or gpuq operator run)"
-    )
+    fix = _operator_fix(ctx)
     lease = ctx.lease_object()
     if lease is None:
         return Result("operator", FAIL, f"no Lease {ctx.namespace}/{ctx.lease}: no operator ever led", fix)
@@ -315,15 +331,25 @@ class Subject:
 
 def operator_subject(ctx: Context) -> Subject:
     """The identity the leader runs as, which it shows on its Lease (an operator run from a
-    checkout runs as the kubeconfig's user, in the cluster as its ServiceAccount); else the
-    Deployment's ServiceAccount, saying so."""
+    checkout runs as the kubeconfig's user, in the cluster as its ServiceAccount); else, on a dev
+    cluster, this kubeconfig's user, and elsewhere the Deployment's ServiceAccount, saying which."""
     lease = ctx.lease_object()
     annotations = (lease.metadata.annotations or {}) if lease is not None else {}
     user = annotations.get(meta.ANNOTATION_LEADER_USER)
     if user and lease.spec.holder_identity:
         groups = tuple(g for g in annotations.get(meta.ANNOTATION_LEADER_GROUPS, "").split(",") if g)
         return Subject(user, groups, f"the leader {lease.spec.holder_identity} runs as it")
-    why = "the leader does not say whom it runs as" if lease is not None else "no operator leads"
+    why = (
+        "no operator leads"
+        if lease is None
+        else "no operator leads: the Lease is released"
+        if not lease.spec.holder_identity
+        else "the leader does not say whom it runs as"
+    )
+    me = ctx.whoami() if ctx.dev_cluster is not None else None
+    if me is not None:
+        # A dev cluster's operator runs from the checkout (the operator check's fix): as this user.
+        return Subject(*me, f"{why}; the user of this kubeconfig, as `gpuq operator run` here would be")
     return Subject(OPERATOR_SA, OPERATOR_SA_GROUPS, f"the Deployment's ServiceAccount: {why}")
 
 
@@ -381,7 +407,12 @@ def check_nodes(ctx: Context) -> Result:
 
 
 def check_queues(ctx: Context) -> Result:
-    queues = ctx.custom.list_cluster_custom_object(meta.GROUP, meta.VERSION, "gpuqueues")["items"]
+    try:
+        queues = ctx.custom.list_cluster_custom_object(meta.GROUP, meta.VERSION, "gpuqueues")["items"]
+    except k8s.ApiException as exc:
+        if exc.status == 404:  # the crds check has said so, with its fix
+            return Result("queues", SKIP, "the GPUQueue CRD is not installed")
+        raise
     if not queues:
         return Result(
             "queues", WARN, "no GPUQueue: every TrainingJob waits", "kubectl apply -k manifests/samples/"
@@ -438,6 +469,12 @@ CHECKS: tuple[Callable[[Context], Result], ...] = (
 )
 
 
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, k8s.ApiException):  # its str() is the whole response, headers and body
+        return f"the API server answered {exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}".replace("\n", " ")
+
+
 def run_checks(ctx: Context) -> list[Result]:
     results = []
     for check in CHECKS:
@@ -445,7 +482,7 @@ def run_checks(ctx: Context) -> list[Result]:
         try:
             r = check(ctx)
         except Exception as exc:  # a check that cannot run fails with the reason, never a traceback
-            r = Result(name, FAIL, f"could not run: {type(exc).__name__}: {exc}")
+            r = Result(name, FAIL, f"could not run: {_one_line(exc)}")
         results.append(r)
         if r.name == "api" and r.status == FAIL:
             break  # nothing else can be checked

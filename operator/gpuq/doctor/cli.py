@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuq.devcluster import Cluster
 
 SYMBOL = {"pass": "ok  ", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
 
@@ -36,7 +41,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def _doctor(args: argparse.Namespace) -> int:
     from kubernetes import config as k8s_config
 
-    from gpuq.devcluster import Cluster
     from gpuq.doctor.checks import FAIL, Context, run_checks
 
     try:
@@ -45,7 +49,7 @@ def _doctor(args: argparse.Namespace) -> int:
         sys.stderr.write(f"gpuq doctor: no usable kubeconfig: {exc}\n")
         return 2
     scheduler_config = args.scheduler_config
-    dev = Cluster.for_kubeconfig(Path(args.kubeconfig or _kubeconfig()).expanduser())
+    dev = _dev_cluster(api.configuration.host)
     if scheduler_config is None and dev is not None:
         scheduler_config = dev.scheduler_config_path
     ctx = Context(
@@ -69,7 +73,15 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if any(r.status == FAIL for r in results) else 0
 
 
-def _kubeconfig() -> str:
-    import os
+def _dev_cluster(server: str) -> Cluster | None:
+    """The running dev cluster at `server`, the API server the kubeconfig's current context names.
+    Not matched on the kubeconfig's path: `gpuq cluster up` writes a self-contained one to be copied
+    or merged into ~/.kube/config (its context renamed), where another cluster may be current."""
+    from gpuq.devcluster import Cluster, DevClusterError
 
-    return os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]
+    for name in Cluster.names():
+        with contextlib.suppress(DevClusterError, OSError, KeyError, ValueError):  # a half-written state
+            cluster = Cluster.attach(name)
+            if cluster.server.rstrip("/") == server.rstrip("/"):
+                return cluster
+    return None
