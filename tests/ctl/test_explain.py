@@ -280,3 +280,43 @@ def test_texts_count_what_they_say() -> None:
     waiting = explain(s, "team-a/w")
     assert waiting.code == PendingCode.QUOTA_EXCEEDED
     assert "best cluster: cluster with 24 free GPUs, room for all 2 workers" in section(waiting, "Topology")
+
+
+RACK_R0 = {"spec": {"nodeSelector": {"gpuq.dev/rack": "r0"}, "containers": [{"name": "c", "image": "i"}]}}
+
+
+def test_a_job_admitted_elsewhere_is_not_ahead_of_it() -> None:
+    """Issue 33: "jobs ahead of it would take the room" named a job of another queue admitted on
+    nodes the waiting job may not use (its room is held by a gang being stopped)."""
+    stopping = preempting("off", ["n0", "n1"], "suspend")
+    stopping[0]["spec"]["suspend"] = True
+    s = state(
+        queue("q", nominal=64),
+        queue("solo", nominal=64),
+        queue("other", nominal=64),
+        *stopping,
+        job("w", queue_name="solo", replicas=2, template=RACK_R0),
+        job("x", queue_name="other", replicas=1),
+    )
+    assert s.admitted_next("team-a/x")  # on rack r1: no room of w's
+    ex = explain(s, "team-a/w")
+    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
+    assert section(ex, "What would unblock it") == [
+        "no set of running jobs finishing lets it in on its own: gangs being evicted still hold its room "
+        "(team-a/off); it fits once they are gone"
+    ]
+
+
+def test_jobs_ahead_are_named_only_when_they_take_its_room() -> None:
+    """When the end of the running jobs frees its room (rack r0), an earlier job of its queue takes
+    part of it first: that one is named."""
+    bodies = [*running("a", ["n0"]), *running("b", ["n1"]), job("first", replicas=1)]
+    late = job("late", replicas=2, template=RACK_R0)
+    late["metadata"]["creationTimestamp"] = "2023-11-14T22:13:30Z"  # after "first"
+    s = state(queue("q", nominal=64), *bodies, *running("c", ["n2", "n3"]), late)
+    ex = explain(s, "team-a/late")
+    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
+    assert section(ex, "What would unblock it") == [
+        "no set of running jobs finishing lets it in on its own: jobs ahead of it would take the freed "
+        "room first (team-a/first)"
+    ]

@@ -326,7 +326,16 @@ def _capacity_what_if(state: State, job: Job) -> list[str]:
 
     all_gone = without(cands)
     if not any(a.job == job.key for a in all_gone.admit):
-        return [_still_waiting(state, job, all_gone, eligible)]
+        # Admitted in its place: jobs placed on its eligible nodes in that what-if, and it gets in
+        # once they are left out too (so they really take its room, not just room elsewhere).
+        idx = ix.node_idx
+        takers = [
+            a.job
+            for a in all_gone.admit
+            if a.job != job.key and any(idx.get(n, -1) in eligible for n in a.placement)
+        ]
+        ahead = takers if takers and admitted_without([*cands, *takers]) else []
+        return [_still_waiting(state, job, all_gone, eligible, ahead)]
     lo, hi = 1, len(cands)  # smallest k with admitted_without(cands[:k])
     while lo < hi and runs[0] < MAX_WHAT_IFS:
         mid = (lo + hi) // 2
@@ -345,11 +354,12 @@ def _capacity_what_if(state: State, job: Job) -> list[str]:
     return [f"{len(chosen)} running job(s) finishing: {names} (the core admits it without them)"]
 
 
-def _still_waiting(state: State, job: Job, all_gone: Decisions, eligible: set[int]) -> str:
+def _still_waiting(
+    state: State, job: Job, all_gone: Decisions, eligible: set[int], ahead: Sequence[str]
+) -> str:
     """Why even the end of every running job on its eligible nodes would not let it in: what the
-    core decided in that what-if."""
+    core decided in that what-if. `ahead`: jobs that took its room there (checked by the caller)."""
     lead = "no set of running jobs finishing lets it in on its own"
-    ahead = [a.job for a in all_gone.admit if a.job != job.key]
     if ahead:
         names = ", ".join(ahead[:SHOW]) + (" ..." if len(ahead) > SHOW else "")
         return f"{lead}: jobs ahead of it would take the freed room first ({names})"
