@@ -61,9 +61,9 @@ def test_capacity_names_the_running_jobs_whose_end_lets_it_in() -> None:
     ex = explain(s, "team-a/wait")
     assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
     unblock = section(ex, "What would unblock it")
-    assert unblock == ["1 running job(s) finishing: team-a/c (the core admits it without them)"]
+    assert unblock == ["1 running job finishing: team-a/c (the core admits it without them)"]
     topo = section(ex, "Topology")
-    assert topo[0] == "needs 2 worker(s) x 8 GPUs; 4 eligible node(s)"
+    assert topo[0] == "needs 2 workers x 8 GPUs; 4 eligible nodes"
     assert any(line.startswith("best rack: ") and "0 free GPUs" in line for line in topo)
 
 
@@ -77,7 +77,7 @@ def test_fragmented_in_one_rack() -> None:
     assert ex.code == PendingCode.FRAGMENTED
     assert ex.summary == "needs 2x8 GPUs in one rack; best rack has 8 free"
     # Either job's end frees a whole rack.
-    assert section(ex, "What would unblock it")[0].startswith("1 running job(s) finishing: team-a/")
+    assert section(ex, "What would unblock it")[0].startswith("1 running job finishing: team-a/")
 
 
 def test_held_queue_and_suspended_job() -> None:
@@ -105,11 +105,10 @@ def test_a_higher_priority_job_preempts_and_the_victim_sees_its_exposure() -> No
     victim = explain(s, "team-a/low0")
     assert victim.phase == "Running"
     exposure = section(victim, "Preemption exposure")
-    assert exposure == [
-        "2 waiting job(s) of q with higher priority may preempt it: team-a/urgent"
-    ] or exposure[0].startswith("1 waiting job(s) of q with higher priority may preempt it: team-a/urgent")
+    higher = "waiting job{} of q with higher priority may preempt it: team-a/urgent"
+    assert exposure == [f"2 {higher.format('s')}"] or exposure[0].startswith(f"1 {higher.format('')}")
     assert section(victim, "Placement")[:2] == [
-        "attempt 1: 1 worker(s) on 1 node(s)",
+        "attempt 1: 1 worker on 1 node",
         "zone-0/block-0/r0: n0",
     ]
 
@@ -269,17 +268,26 @@ def test_texts_count_what_they_say() -> None:
     packed = running("packed", ["n0", "n0"])
     packed[0]["spec"]["workers"]["gpusPerWorker"] = 4
     s = state(
-        queue("q", nominal=64), queue("tight", nominal=1), *packed, job("w", queue_name="tight", gpus=1)
+        queue("q", nominal=64),
+        queue("tight", nominal=1),
+        *packed,
+        job("w", queue_name="tight", gpus=1),
+        job("one", queue_name="tight", replicas=1, gpus=2),
     )
     ex = explain(s, "team-a/packed")
     assert section(ex, "Placement")[:2] == [
-        "attempt 1: 2 worker(s) on 1 node(s)",
+        "attempt 1: 2 workers on 1 node",
         "zone-0/block-0/r0: n0 (2 workers)",
     ]
     assert ex.data["nodes"] == ["n0"]
     waiting = explain(s, "team-a/w")
     assert waiting.code == PendingCode.QUOTA_EXCEEDED
-    assert "best cluster: cluster with 24 free GPUs, room for all 2 workers" in section(waiting, "Topology")
+    assert "best cluster: cluster with 24 free GPUs, room for all its workers" in section(waiting, "Topology")
+    one = section(explain(s, "team-a/one"), "Topology")
+    assert one[:2] == [
+        "needs 1 worker x 2 GPUs; 4 eligible nodes",
+        "best cluster: cluster with 24 free GPUs, room for its worker",
+    ]
 
 
 RACK_R0 = {"spec": {"nodeSelector": {"gpuq.dev/rack": "r0"}, "containers": [{"name": "c", "image": "i"}]}}

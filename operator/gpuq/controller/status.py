@@ -47,6 +47,18 @@ def warning(reason: str, message: str) -> Event:
     return Event("Warning", reason, message)
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 node', '2 nodes': a count in a message, in the right number (not 'node(s)')."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def on_nodes(placement: Sequence[str], show: int = 8) -> str:
+    """'2 workers on 1 node: n0' for a placement (rank -> node): each node named once."""
+    nodes = sorted(set(placement))
+    names = ", ".join(nodes[:show]) + (" ..." if len(nodes) > show else "")
+    return f"{counted(len(placement), 'worker')} on {counted(len(nodes), 'node')}: {names}"
+
+
 def when(epoch: float) -> datetime:
     return datetime.fromtimestamp(int(epoch), UTC)
 

@@ -14,6 +14,7 @@ from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller.objects import JobEntry
 from gpuq.controller.preemption import STOPS
 from gpuq.controller.snapshot import SUSPENDED
+from gpuq.controller.status import counted
 from gpuq.core import preemption
 from gpuq.core.decisions import CAPACITY_CODES, NEVER_CODES, Decisions, PendingCode
 from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
@@ -187,21 +188,27 @@ def _best_domains(state: State, job: Job) -> list[dict[str, Any]]:
 def _topology_lines(state: State, job: Job) -> list[str]:
     w = job.workers
     level = job.topology.level
-    want = f"needs {w.replicas} worker(s) x {w.gpus_per_worker} GPUs"
+    want = f"needs {counted(w.replicas, 'worker')} x {w.gpus_per_worker} GPUs"
     if level is not None:
         want += f", {job.topology.mode.value.lower()} in one {level}"
     eligible = state.ix.eligibility(job).nodes
-    out = [f"{want}; {len(eligible)} eligible node(s)"]
+    out = [f"{want}; {counted(len(eligible), 'eligible node')}"]
     for d in _best_domains(state, job):
         mark = (
             " (its required level)" if d["level"] == level and job.topology.mode.value == "Required" else ""
         )
-        slots = d["workerSlots"]
-        room = f"all {w.replicas}" if slots >= w.replicas else f"{slots} of its {w.replicas}"
         out.append(
-            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, room for {room} workers{mark}"
+            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, {_room(d, w.replicas)}{mark}"
         )
     return out
+
+
+def _room(domain: dict[str, Any], replicas: int) -> str:
+    """Worker slots of a domain as a share of the gang, never more than it (a domain may hold more)."""
+    slots = domain["workerSlots"]
+    if slots >= replicas:
+        return "room for all its workers" if replicas > 1 else "room for its worker"
+    return f"room for {slots} of its {replicas} workers" if slots else "no room for a worker"
 
 
 # ---- what would unblock it ---------------------------------------------------------------------------
@@ -351,7 +358,7 @@ def _capacity_what_if(state: State, job: Job) -> list[str]:
         if admitted_without(rest):
             chosen = rest
     names = ", ".join(chosen[:SHOW]) + (" ..." if len(chosen) > SHOW else "")
-    return [f"{len(chosen)} running job(s) finishing: {names} (the core admits it without them)"]
+    return [f"{counted(len(chosen), 'running job')} finishing: {names} (the core admits it without them)"]
 
 
 def _still_waiting(
@@ -389,7 +396,7 @@ def _preemption_lines(
             if position > 1
             else "no set of them frees a placement that fits it (size, topology or constraints)"
         )
-        return [f"it may preempt {len(cands)} job(s): {names}", f"it does not because {why}"]
+        return [f"it may preempt {counted(len(cands), 'job')}: {names}", f"it does not because {why}"]
     return _why_no_victims(state, book, job, q, gpus)
 
 
@@ -476,7 +483,7 @@ def _running(state: State, entry: JobEntry) -> Explanation:
         when.append(f"admitted {s.admitted_at.isoformat()}")
     if s.started_at:
         when.append(f"running since {s.started_at.isoformat()}")
-    head = f"attempt {s.attempt}: {len(s.placement)} worker(s) on {len(nodes)} node(s)"
+    head = f"attempt {s.attempt}: {counted(len(s.placement), 'worker')} on {counted(len(nodes), 'node')}"
     ex.add("Placement", [head, *placement, *when], nodes=nodes)
     if job is not None:
         ex.add("Preemption exposure", _exposure(state, job))
@@ -518,7 +525,7 @@ def _exposure(state: State, job: Job) -> list[str]:
     ]
     if higher and q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
         out.append(
-            f"{len(higher)} waiting job(s) of {q.name} with higher priority may preempt it: "
+            f"{counted(len(higher), 'waiting job')} of {q.name} with higher priority may preempt it: "
             f"{', '.join(higher[:SHOW])}"
         )
     book = _book(state)
@@ -527,5 +534,6 @@ def _exposure(state: State, job: Job) -> list[str]:
             f"{q.name} runs {book.borrowed(q)} GPUs over its nominal quota: cohort peers may reclaim it"
         )
     if q.preemption.max_per_hour is not None:
-        out.append(f"queue {q.name} loses at most {q.preemption.max_per_hour} job(s) an hour to preemption")
+        most = counted(q.preemption.max_per_hour, "job")
+        out.append(f"queue {q.name} loses at most {most} an hour to preemption")
     return out or ["nothing waiting may preempt it now"]
