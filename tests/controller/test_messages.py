@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuq.controller.intents import admission_message
-from gpuq.controller.status import counted
+from gpuq.core.reasons import counted
 
 
 def test_an_admission_names_each_node_once_and_counts_workers_and_nodes() -> None:

@@ -35,7 +35,7 @@ def test_quota_exceeded_names_the_nominal_change_and_the_jobs_whose_end_would_do
     ex = explain(s, "team-a/wait")
     assert (
         ex.code == PendingCode.QUOTA_EXCEEDED
-        and ex.summary == "queue q uses 16/16 GPUs; this job needs 8 (24 > 16)"
+        and ex.summary == "queue q uses 16 GPUs (nominal quota 16); this job needs 8 (24 > 16)"
     )
     unblock = section(ex, "What would unblock it")
     assert unblock[0] == "nominalGPUs of q raised to 24 (now 16)"

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuq.api.meta import Condition, ConditionStatus
 from gpuq.controller.queuehealth import OverQuota
+from gpuq.core.reasons import counted
 
 ADMITTED = "Admitted"
 BLOCKED = "Blocked"
@@ -45,11 +46,6 @@ def normal(reason: str, message: str) -> Event:
 
 def warning(reason: str, message: str) -> Event:
     return Event("Warning", reason, message)
-
-
-def counted(n: int, noun: str) -> str:
-    """'1 node', '2 nodes': a count in a message, in the right number (not 'node(s)')."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def on_nodes(placement: Sequence[str], show: int = 8) -> str:

@@ -14,11 +14,11 @@ from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller.objects import JobEntry
 from gpuq.controller.preemption import STOPS
 from gpuq.controller.snapshot import SUSPENDED
-from gpuq.controller.status import counted
 from gpuq.core import preemption
 from gpuq.core.decisions import CAPACITY_CODES, NEVER_CODES, Decisions, PendingCode
 from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
 from gpuq.core.quota import QuotaBook, lendable, lent_out
+from gpuq.core.reasons import counted
 from gpuq.core.scheduler import schedule
 from gpuq.core.state import CycleState
 from gpuq.ctl.state import State
