@@ -328,3 +328,30 @@ def test_jobs_ahead_are_named_only_when_they_take_its_room() -> None:
         "no set of running jobs finishing lets it in on its own: jobs ahead of it would take the freed "
         "room first (team-a/first)"
     ]
+
+
+def test_reclaim_counts_a_peers_leaving_gangs_only_if_it_borrowed_with_them() -> None:
+    """A peer whose gang is being stopped but which never ran above its nominal quota returns no
+    borrowed GPUs: explain says no peer borrows (the core's rule), not that its evictions return some."""
+    qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=32, cohort="c"), queue("q", nominal=64)]
+    stopping = preempting("off", ["n0"], "suspend", queue_name="b")
+    stopping[0]["spec"]["suspend"] = True
+    others = [*running("x", ["n1"]), *running("y", ["n2", "n3"])]
+    s = state(*qs, *stopping, *others, job("w", queue_name="a", replicas=2))
+    ex = explain(s, "team-a/w")
+    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
+    assert section(ex, "Preemption")[-1] == "reclaim: no peer in cohort c runs on borrowed quota"
+
+
+def test_reclaim_waits_for_the_gangs_a_borrower_gives_back() -> None:
+    """The borrower borrowed counting its leaving gang: a lender's job waits for that gang (the
+    core's rule, as within a queue), and explain names it."""
+    qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=16, cohort="c")]
+    stopping = preempting("off", ["n0", "n1"], "suspend", queue_name="b")
+    stopping[0]["spec"]["suspend"] = True
+    s = state(
+        *qs, *stopping, *running("own", ["n2", "n3"], queue_name="b"), job("w", queue_name="a", replicas=2)
+    )
+    ex = explain(s, "team-a/w")
+    assert ex.code == PendingCode.WAITING_FOR_PREEMPTION
+    assert section(ex, "What would unblock it") == ["its victims releasing their GPUs: team-a/off"]

@@ -441,7 +441,12 @@ def _why_no_reclaim(state: State, book: QuotaBook, job: Job, q: Queue) -> str:
     borrowers = [p for p in peers if book.borrowed(p) > 0]
     if not borrowers:
         leaving = state.ix.evicting_usage
-        back = [f"{p.name} ({leaving[p.name]} GPUs)" for p in peers if leaving.get(p.name)]
+        # The core's rule: a peer that borrowed counting its leaving gangs gives those back.
+        back = [
+            f"{p.name} ({leaving[p.name]} GPUs)"
+            for p in peers
+            if preemption.reclaimed_by_eviction(book, p, leaving)
+        ]
         if back:
             return (
                 f"reclaim: no peer in cohort {q.cohort} borrows beyond its gangs being evicted: "
