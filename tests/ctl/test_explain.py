@@ -237,6 +237,13 @@ def preempting(name: str, nodes: list[str], preemptor: str, queue_name: str = "q
     return [body, *pods]
 
 
+def stopped(name: str, nodes: list[str], queue_name: str = "q") -> list[dict[str, Any]]:
+    """A running gang being stopped by spec.suspend (asked to checkpoint)."""
+    body, *pods = preempting(name, nodes, "suspend", queue_name=queue_name)
+    body["spec"]["suspend"] = True
+    return [body, *pods]
+
+
 def test_a_reclaimer_waiting_for_the_borrower_it_preempted_says_so() -> None:
     """Issue 33: it said InsufficientCapacity, "no peer in cohort c runs on borrowed quota" and
     "jobs ahead of it would take the room" while the borrower's gang was checkpointing for it."""
@@ -251,8 +258,7 @@ def test_a_reclaimer_waiting_for_the_borrower_it_preempted_says_so() -> None:
 
 def test_a_job_alone_in_its_queue_is_not_told_of_jobs_ahead_of_it() -> None:
     """The room it needs is held by a gang being stopped (spec.suspend): nothing is ahead of it."""
-    stopping = preempting("off", ["n0", "n1", "n2", "n3"], "suspend")
-    stopping[0]["spec"]["suspend"] = True
+    stopping = stopped("off", ["n0", "n1", "n2", "n3"])
     s = state(queue("q", nominal=64), queue("solo", nominal=64), *stopping, job("w", queue_name="solo"))
     ex = explain(s, "team-a/w")
     assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
@@ -290,14 +296,20 @@ def test_texts_count_what_they_say() -> None:
     ]
 
 
+def capacity_unblock(s: State, key: str) -> list[str]:
+    """What explain says would unblock a job waiting for capacity."""
+    ex = explain(s, key)
+    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY, ex.summary
+    return section(ex, "What would unblock it")
+
+
 RACK_R0 = {"spec": {"nodeSelector": {"gpuq.dev/rack": "r0"}, "containers": [{"name": "c", "image": "i"}]}}
 
 
 def test_a_job_admitted_elsewhere_is_not_ahead_of_it() -> None:
     """Issue 33: "jobs ahead of it would take the room" named a job of another queue admitted on
     nodes the waiting job may not use (its room is held by a gang being stopped)."""
-    stopping = preempting("off", ["n0", "n1"], "suspend")
-    stopping[0]["spec"]["suspend"] = True
+    stopping = stopped("off", ["n0", "n1"])
     s = state(
         queue("q", nominal=64),
         queue("solo", nominal=64),
@@ -307,9 +319,7 @@ def test_a_job_admitted_elsewhere_is_not_ahead_of_it() -> None:
         job("x", queue_name="other", replicas=1),
     )
     assert s.admitted_next("team-a/x")  # on rack r1: no room of w's
-    ex = explain(s, "team-a/w")
-    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
-    assert section(ex, "What would unblock it") == [
+    assert capacity_unblock(s, "team-a/w") == [
         "no set of running jobs finishing lets it in on its own: gangs being evicted still hold its room "
         "(team-a/off); it fits once they are gone"
     ]
@@ -322,9 +332,7 @@ def test_jobs_ahead_are_named_only_when_they_take_its_room() -> None:
     late = job("late", replicas=2, template=RACK_R0)
     late["metadata"]["creationTimestamp"] = "2023-11-14T22:13:30Z"  # after "first"
     s = state(queue("q", nominal=64), *bodies, *running("c", ["n2", "n3"]), late)
-    ex = explain(s, "team-a/late")
-    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
-    assert section(ex, "What would unblock it") == [
+    assert capacity_unblock(s, "team-a/late") == [
         "no set of running jobs finishing lets it in on its own: jobs ahead of it would take the freed "
         "room first (team-a/first)"
     ]
@@ -334,8 +342,7 @@ def test_reclaim_counts_a_peers_leaving_gangs_only_if_it_borrowed_with_them() ->
     """A peer whose gang is being stopped but which never ran above its nominal quota returns no
     borrowed GPUs: explain says no peer borrows (the core's rule), not that its evictions return some."""
     qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=32, cohort="c"), queue("q", nominal=64)]
-    stopping = preempting("off", ["n0"], "suspend", queue_name="b")
-    stopping[0]["spec"]["suspend"] = True
+    stopping = stopped("off", ["n0"], queue_name="b")
     others = [*running("x", ["n1"]), *running("y", ["n2", "n3"])]
     s = state(*qs, *stopping, *others, job("w", queue_name="a", replicas=2))
     ex = explain(s, "team-a/w")
@@ -347,8 +354,7 @@ def test_reclaim_waits_for_the_gangs_a_borrower_gives_back() -> None:
     """The borrower borrowed counting its leaving gang: a lender's job waits for that gang (the
     core's rule, as within a queue), and explain names it."""
     qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=16, cohort="c")]
-    stopping = preempting("off", ["n0", "n1"], "suspend", queue_name="b")
-    stopping[0]["spec"]["suspend"] = True
+    stopping = stopped("off", ["n0", "n1"], queue_name="b")
     s = state(
         *qs, *stopping, *running("own", ["n2", "n3"], queue_name="b"), job("w", queue_name="a", replicas=2)
     )
