@@ -129,6 +129,17 @@ def test_explain_gives_the_operators_reason_code_for_every_way_to_wait(
     running = explain(cluster, ns, "fill-a")
     assert running["phase"] == "Running" and len(running["nodes"]) == 1
 
+    # Issue 33: the victim's message named its preemptor twice ("preempted by X (preempted by X (...")).
+    def urgents_victim() -> dict[str, Any] | None:
+        statuses = (gpuq.status(ns, f) for f in fillers)
+        return next(
+            (s for s in statuses if (s.get("preemption") or {}).get("preemptor") == f"{ns}/urgent"), None
+        )
+
+    victim: dict[str, Any] = wait_for(urgents_victim, 30, "the victim of urgent records its preemption")
+    assert victim["message"].startswith(f"preempted by {ns}/urgent (priority 10 > 0) in queue {big} ")
+    assert victim["message"].count("preempted by") == 1, victim["message"]
+
     table = plugin(cluster, "jobs", "-n", ns, "--status", "pending")
     assert table.returncode == 0 and "Fragmented" in table.stdout and "fill-0" not in table.stdout
     queues = json.loads(plugin(cluster, "queues", "-o", "json").stdout)
@@ -194,6 +205,11 @@ def test_stop_resume_hold_drain_release(
     )
     wait_for(lambda: reason_is(gpuq, ns, "train", "Suspended"), 30, "reason Suspended")
     assert explain(cluster, ns, "train")["reason"] == "Suspended"
+    # Issue 33: one stop, one Suspended Event (the eviction's), not a second when it turns Blocked.
+    wait_for(lambda: (gpuq.condition(ns, "train", "Blocked") or {}).get("status") == "True", 30, "Blocked")
+    time.sleep(2)  # an Event posted after that status write has landed by now
+    suspended = [e.message for e in gpuq.events(ns, "train") if e.reason == "Suspended"]
+    assert len(suspended) == 1, suspended
 
     assert plugin(cluster, "resume", f"{ns}/train").returncode == 0
     st = gpuq.wait_phase(ns, "train", "Running", timeout=60)

@@ -206,4 +206,4 @@ def test_model_quota_caps_gpus_of_that_model() -> None:
         )
     )
     assert admitted(d) == {"ns/h1": ("h",), "ns/any": ("a",)}
-    assert pending(d)["ns/h2"].startswith("queue q at model quota (H100 4/4)")
+    assert pending(d)["ns/h2"].startswith("queue q uses 4 H100 GPUs (model quota 4); this job needs 4")

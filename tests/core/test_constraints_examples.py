@@ -206,7 +206,7 @@ def test_model_quota_counts_running_gangs_and_leaves_other_models_to_nominal() -
     d = run(snap(nodes, [q], [running, want_h100, anywhere]))
     assert admitted(d) == {"ns/any": ("a1",)}  # h2 is free, but H100 quota is used by ns/old
     assert codes(d)["ns/new"] == PendingCode.QUOTA_EXCEEDED
-    assert pending(d)["ns/new"].startswith("queue q at model quota (H100 8/8)")
+    assert pending(d)["ns/new"] == "queue q uses 8 H100 GPUs (model quota 8); this job needs 8"
 
 
 def test_a_mixed_gang_must_fit_every_model_quota() -> None:
@@ -215,7 +215,7 @@ def test_a_mixed_gang_must_fit_every_model_quota() -> None:
     mixed = job("ns/m", replicas=2, gpus=4, constraints=needs(mixed_models=True))
     d = run(snap(nodes, [q], [mixed]))
     assert d.admit == ()  # one worker would take 4 H100 GPUs, over the quota of 2
-    assert pending(d)["ns/m"] == "queue q at model quota (H100 0/2); needs 4"  # per worker
+    assert pending(d)["ns/m"] == "queue q uses 0 H100 GPUs (model quota 2); a worker of this job needs 4"
     assert codes(d)["ns/m"] == PendingCode.QUOTA_EXCEEDED
 
 
@@ -229,7 +229,7 @@ def test_a_recovering_gang_takes_its_model_quota_along() -> None:
     new = job("ns/new", gpus=4, created=901, constraints=needs(gpu_models=("L4",)))
     d = run(snap(nodes, [q], [old, new]))
     assert admitted(d) == {"ns/old": ("l",)} and [r.job for r in d.restart] == ["ns/old"]
-    assert pending(d)["ns/new"] == "queue q at model quota (L4 1/4); needs 4"
+    assert pending(d)["ns/new"] == "queue q uses 1 L4 GPU (model quota 4); this job needs 4"
 
 
 # ---- pending reasons name the constraint that binds -----------------------------------------------------

@@ -19,7 +19,7 @@ def test_queue_without_cohort_stops_at_nominal() -> None:
     jobs = [job("ns/a", queue="team-a", gpus=8, on=["n0000"]), job("ns/b", queue="team-a", gpus=8)]
     d = run(snap(NODES, [queue("team-a", nominal=8)], jobs))
     assert d.admit == ()
-    assert d.pending[0].reason == "queue team-a uses 8/8 GPUs; this job needs 8 (16 > 8)"
+    assert d.pending[0].reason == "queue team-a uses 8 GPUs (nominal quota 8); this job needs 8 (16 > 8)"
     assert d.pending[0].code == PendingCode.QUOTA_EXCEEDED
 
 
@@ -38,7 +38,7 @@ def test_cannot_borrow_more_than_the_cohort_lends() -> None:
     assert d.admit == ()
     # Issue 33: "at quota 0/8" read as a full queue; it is the job that is bigger than the quota.
     assert d.pending[0].reason == (
-        "queue a uses 0/8 GPUs; this job needs 24, 16 above its nominal, and cohort c lends 8"
+        "queue a uses 0 GPUs (nominal quota 8); this job needs 24, 16 above its nominal, and cohort c lends 8"
     )
     assert d.pending[0].code == PendingCode.COHORT_EXHAUSTED
 

@@ -35,7 +35,7 @@ def test_quota_exceeded_names_the_nominal_change_and_the_jobs_whose_end_would_do
     ex = explain(s, "team-a/wait")
     assert (
         ex.code == PendingCode.QUOTA_EXCEEDED
-        and ex.summary == "queue q uses 16/16 GPUs; this job needs 8 (24 > 16)"
+        and ex.summary == "queue q uses 16 GPUs (nominal quota 16); this job needs 8 (24 > 16)"
     )
     unblock = section(ex, "What would unblock it")
     assert unblock[0] == "nominalGPUs of q raised to 24 (now 16)"
@@ -61,9 +61,9 @@ def test_capacity_names_the_running_jobs_whose_end_lets_it_in() -> None:
     ex = explain(s, "team-a/wait")
     assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
     unblock = section(ex, "What would unblock it")
-    assert unblock == ["1 running job(s) finishing: team-a/c (the core admits it without them)"]
+    assert unblock == ["1 running job finishing: team-a/c (the core admits it without them)"]
     topo = section(ex, "Topology")
-    assert topo[0] == "needs 2 worker(s) x 8 GPUs; 4 eligible node(s)"
+    assert topo[0] == "needs 2 workers x 8 GPUs; 4 eligible nodes"
     assert any(line.startswith("best rack: ") and "0 free GPUs" in line for line in topo)
 
 
@@ -77,7 +77,7 @@ def test_fragmented_in_one_rack() -> None:
     assert ex.code == PendingCode.FRAGMENTED
     assert ex.summary == "needs 2x8 GPUs in one rack; best rack has 8 free"
     # Either job's end frees a whole rack.
-    assert section(ex, "What would unblock it")[0].startswith("1 running job(s) finishing: team-a/")
+    assert section(ex, "What would unblock it")[0].startswith("1 running job finishing: team-a/")
 
 
 def test_held_queue_and_suspended_job() -> None:
@@ -105,11 +105,10 @@ def test_a_higher_priority_job_preempts_and_the_victim_sees_its_exposure() -> No
     victim = explain(s, "team-a/low0")
     assert victim.phase == "Running"
     exposure = section(victim, "Preemption exposure")
-    assert exposure == [
-        "2 waiting job(s) of q with higher priority may preempt it: team-a/urgent"
-    ] or exposure[0].startswith("1 waiting job(s) of q with higher priority may preempt it: team-a/urgent")
+    higher = "waiting job{} of q with higher priority may preempt it: team-a/urgent"
+    assert exposure == [f"2 {higher.format('s')}"] or exposure[0].startswith(f"1 {higher.format('')}")
     assert section(victim, "Placement")[:2] == [
-        "attempt 1: 1 worker(s) on 1 node(s)",
+        "attempt 1: 1 worker on 1 node",
         "zone-0/block-0/r0: n0",
     ]
 
@@ -238,6 +237,13 @@ def preempting(name: str, nodes: list[str], preemptor: str, queue_name: str = "q
     return [body, *pods]
 
 
+def stopped(name: str, nodes: list[str], queue_name: str = "q") -> list[dict[str, Any]]:
+    """A running gang being stopped by spec.suspend (asked to checkpoint)."""
+    body, *pods = preempting(name, nodes, "suspend", queue_name=queue_name)
+    body["spec"]["suspend"] = True
+    return [body, *pods]
+
+
 def test_a_reclaimer_waiting_for_the_borrower_it_preempted_says_so() -> None:
     """Issue 33: it said InsufficientCapacity, "no peer in cohort c runs on borrowed quota" and
     "jobs ahead of it would take the room" while the borrower's gang was checkpointing for it."""
@@ -252,8 +258,7 @@ def test_a_reclaimer_waiting_for_the_borrower_it_preempted_says_so() -> None:
 
 def test_a_job_alone_in_its_queue_is_not_told_of_jobs_ahead_of_it() -> None:
     """The room it needs is held by a gang being stopped (spec.suspend): nothing is ahead of it."""
-    stopping = preempting("off", ["n0", "n1", "n2", "n3"], "suspend")
-    stopping[0]["spec"]["suspend"] = True
+    stopping = stopped("off", ["n0", "n1", "n2", "n3"])
     s = state(queue("q", nominal=64), queue("solo", nominal=64), *stopping, job("w", queue_name="solo"))
     ex = explain(s, "team-a/w")
     assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
@@ -269,14 +274,90 @@ def test_texts_count_what_they_say() -> None:
     packed = running("packed", ["n0", "n0"])
     packed[0]["spec"]["workers"]["gpusPerWorker"] = 4
     s = state(
-        queue("q", nominal=64), queue("tight", nominal=1), *packed, job("w", queue_name="tight", gpus=1)
+        queue("q", nominal=64),
+        queue("tight", nominal=1),
+        *packed,
+        job("w", queue_name="tight", gpus=1),
+        job("one", queue_name="tight", replicas=1, gpus=2),
     )
     ex = explain(s, "team-a/packed")
     assert section(ex, "Placement")[:2] == [
-        "attempt 1: 2 worker(s) on 1 node(s)",
+        "attempt 1: 2 workers on 1 node",
         "zone-0/block-0/r0: n0 (2 workers)",
     ]
     assert ex.data["nodes"] == ["n0"]
     waiting = explain(s, "team-a/w")
     assert waiting.code == PendingCode.QUOTA_EXCEEDED
-    assert "best cluster: cluster with 24 free GPUs, room for all 2 workers" in section(waiting, "Topology")
+    assert "best cluster: cluster with 24 free GPUs, room for all its workers" in section(waiting, "Topology")
+    one = section(explain(s, "team-a/one"), "Topology")
+    assert one[:2] == [
+        "needs 1 worker x 2 GPUs; 4 eligible nodes",
+        "best cluster: cluster with 24 free GPUs, room for its worker",
+    ]
+
+
+def capacity_unblock(s: State, key: str) -> list[str]:
+    """What explain says would unblock a job waiting for capacity."""
+    ex = explain(s, key)
+    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY, ex.summary
+    return section(ex, "What would unblock it")
+
+
+RACK_R0 = {"spec": {"nodeSelector": {"gpuq.dev/rack": "r0"}, "containers": [{"name": "c", "image": "i"}]}}
+
+
+def test_a_job_admitted_elsewhere_is_not_ahead_of_it() -> None:
+    """Issue 33: "jobs ahead of it would take the room" named a job of another queue admitted on
+    nodes the waiting job may not use (its room is held by a gang being stopped)."""
+    stopping = stopped("off", ["n0", "n1"])
+    s = state(
+        queue("q", nominal=64),
+        queue("solo", nominal=64),
+        queue("other", nominal=64),
+        *stopping,
+        job("w", queue_name="solo", replicas=2, template=RACK_R0),
+        job("x", queue_name="other", replicas=1),
+    )
+    assert s.admitted_next("team-a/x")  # on rack r1: no room of w's
+    assert capacity_unblock(s, "team-a/w") == [
+        "no set of running jobs finishing lets it in on its own: gangs being evicted still hold its room "
+        "(team-a/off); it fits once they are gone"
+    ]
+
+
+def test_jobs_ahead_are_named_only_when_they_take_its_room() -> None:
+    """When the end of the running jobs frees its room (rack r0), an earlier job of its queue takes
+    part of it first: that one is named."""
+    bodies = [*running("a", ["n0"]), *running("b", ["n1"]), job("first", replicas=1)]
+    late = job("late", replicas=2, template=RACK_R0)
+    late["metadata"]["creationTimestamp"] = "2023-11-14T22:13:30Z"  # after "first"
+    s = state(queue("q", nominal=64), *bodies, *running("c", ["n2", "n3"]), late)
+    assert capacity_unblock(s, "team-a/late") == [
+        "no set of running jobs finishing lets it in on its own: jobs ahead of it would take the freed "
+        "room first (team-a/first)"
+    ]
+
+
+def test_reclaim_counts_a_peers_leaving_gangs_only_if_it_borrowed_with_them() -> None:
+    """A peer whose gang is being stopped but which never ran above its nominal quota returns no
+    borrowed GPUs: explain says no peer borrows (the core's rule), not that its evictions return some."""
+    qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=32, cohort="c"), queue("q", nominal=64)]
+    stopping = stopped("off", ["n0"], queue_name="b")
+    others = [*running("x", ["n1"]), *running("y", ["n2", "n3"])]
+    s = state(*qs, *stopping, *others, job("w", queue_name="a", replicas=2))
+    ex = explain(s, "team-a/w")
+    assert ex.code == PendingCode.INSUFFICIENT_CAPACITY
+    assert section(ex, "Preemption")[-1] == "reclaim: no peer in cohort c runs on borrowed quota"
+
+
+def test_reclaim_waits_for_the_gangs_a_borrower_gives_back() -> None:
+    """The borrower borrowed counting its leaving gang: a lender's job waits for that gang (the
+    core's rule, as within a queue), and explain names it."""
+    qs = [queue("a", nominal=16, cohort="c"), queue("b", nominal=16, cohort="c")]
+    stopping = stopped("off", ["n0", "n1"], queue_name="b")
+    s = state(
+        *qs, *stopping, *running("own", ["n2", "n3"], queue_name="b"), job("w", queue_name="a", replicas=2)
+    )
+    ex = explain(s, "team-a/w")
+    assert ex.code == PendingCode.WAITING_FOR_PREEMPTION
+    assert section(ex, "What would unblock it") == ["its victims releasing their GPUs: team-a/off"]

@@ -63,7 +63,7 @@ def test_screen_shows_every_column_of_a_recovered_job_in_140_columns() -> None:
         "a-eval",
         "Queued",
         queuePosition=1,
-        message="queue team-a uses 80/64 GPUs; this job needs 32, 48 above its nominal",
+        message="queue team-a uses 80 GPUs (nominal quota 64); this job needs 32, 48 above its nominal",
     )
     text = render(140, recovered, waiting)
     row = next(line for line in text.splitlines() if "a-pretrain" in line)
@@ -79,7 +79,7 @@ def test_screen_shows_every_column_of_a_recovered_job_in_140_columns() -> None:
     ):
         assert cell in row, (cell, row)
     queued = next(line for line in text.splitlines() if "a-eval" in line)
-    assert "Queued" in queued and " 1 " in queued and "queue team-a uses 80/64" in queued
+    assert "Queued" in queued and " 1 " in queued and "queue team-a uses 80 GPUs" in queued
     assert "Act 3/4: a node dies" in text and "gpu-r1-n3 dies" in text
     assert "80 / 64" in text and "research" in text
 

@@ -28,8 +28,7 @@ def _identity(job: JobEntry) -> dict[str, Any]:
 
 
 def admission_message(placement: tuple[str, ...]) -> str:
-    nodes = sorted(set(placement))
-    return f"admitted on {len(nodes)} node(s): {', '.join(nodes[:8])}{' ...' if len(nodes) > 8 else ''}"
+    return f"admitted: {st.on_nodes(placement)}"
 
 
 def admission_note(admit: Admit) -> str:

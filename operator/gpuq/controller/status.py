@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuq.api.meta import Condition, ConditionStatus
 from gpuq.controller.queuehealth import OverQuota
+from gpuq.core.reasons import counted
 
 ADMITTED = "Admitted"
 BLOCKED = "Blocked"
@@ -45,6 +46,13 @@ def normal(reason: str, message: str) -> Event:
 
 def warning(reason: str, message: str) -> Event:
     return Event("Warning", reason, message)
+
+
+def on_nodes(placement: Sequence[str], show: int = 8) -> str:
+    """'2 workers on 1 node: n0' for a placement (rank -> node): each node named once."""
+    nodes = sorted(set(placement))
+    names = ", ".join(nodes[:show]) + (" ..." if len(nodes) > show else "")
+    return f"{counted(len(placement), 'worker')} on {counted(len(nodes), 'node')}: {names}"
 
 
 def when(epoch: float) -> datetime:

@@ -110,11 +110,11 @@ def may_have_victims(
     # Or a peer borrowed until some of its gangs started leaving: J may wait for them.
     leaving = ix.evicting_usage
     return bool(leaving) and any(
-        _reclaimed_by_eviction(book, p, leaving) for p in book.cohorts[q.cohort] if p.name != q.name
+        reclaimed_by_eviction(book, p, leaving) for p in book.cohorts[q.cohort] if p.name != q.name
     )
 
 
-def _reclaimed_by_eviction(book: QuotaBook, peer: Queue, leaving: Mapping[str, int]) -> bool:
+def reclaimed_by_eviction(book: QuotaBook, peer: Queue, leaving: Mapping[str, int]) -> bool:
     """The peer borrowed, counting its gangs being evicted: their GPUs return borrowed quota, so a
     reclaimer may wait for them (they are free victims) instead of preempting more."""
     gone = leaving.get(peer.name, 0)
@@ -158,7 +158,7 @@ def allowed_victims(
                 continue
             if book.used(peer.name) > peer.nominal_gpus:
                 keys.extend((k, True) for k in ix.running_by_queue.get(peer.name, ()))
-            elif _reclaimed_by_eviction(book, peer, ix.evicting_usage):
+            elif reclaimed_by_eviction(book, peer, ix.evicting_usage):
                 # Back within its nominal once its leaving gangs are gone: those are free victims.
                 keys.extend((k, True) for k in ix.running_by_queue.get(peer.name, ()) if k in ix.evicting)
     out = []

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from gpuq.core.decisions import PendingCode
 from gpuq.core.model import Queue
+from gpuq.core.reasons import counted
 from gpuq.core.state import CycleState
 
 
@@ -80,10 +81,30 @@ def fair_share(q: Queue, used: int) -> float:
     return over / q.weight if q.weight > 0 else over * 1e9
 
 
+# Quota reasons say usage and quota apart, e.g. "queue a uses 8 GPUs (nominal quota 48); this job
+# needs 48 (56 > 48)": "at quota 8/48" read as a full queue (issue 33), "8/48" as a fraction.
+
+
 def _in_use(q: Queue, used: int, gpus: int) -> str:
-    """e.g. "queue a uses 8/48 GPUs; this job needs 48": what a quota reason starts with (not
-    "at quota 8/48", which read as a full queue)."""
-    return f"queue {q.name} uses {used}/{q.nominal_gpus} GPUs; this job needs {gpus}"
+    return (
+        f"queue {q.name} uses {counted(used, 'GPU')} (nominal quota {q.nominal_gpus}); this job needs {gpus}"
+    )
+
+
+def model_quota_reason(
+    q: Queue, usage: Mapping[str, int], models: Iterable[str], need: int, per_worker: bool = False
+) -> str:
+    """Why q's model quotas refuse a job, e.g. "queue q uses 8 H100 GPUs (model quota 8); this job
+    needs 8". `models`: the quota'd models too full for it; `per_worker`: a gang that may mix
+    models needs room for one worker of `need` GPUs per model."""
+    full = set(models)
+    parts = ", ".join(
+        f"{counted(usage.get(m, 0), m + ' GPU')} (model quota {lim})"
+        for m, lim in sorted(q.model_quotas.items())
+        if m in full
+    )
+    who = "a worker of this job needs" if per_worker else "this job needs"
+    return f"queue {q.name} uses {parts}; {who} {need}"
 
 
 class QuotaBook:
@@ -186,8 +207,9 @@ class QuotaBook:
         if peers_borrowed + borrow_after > lent + lent_after:
             if borrow_after == 0:
                 reason = (
-                    f"queue {q.name} within quota ({after}/{q.nominal_gpus}) but cohort {q.cohort} peers "
-                    f"borrow {peers_borrowed} of its lent GPUs; waiting for them to be reclaimed or released"
+                    f"queue {q.name} would use {after} GPUs with this job, within its nominal quota of "
+                    f"{q.nominal_gpus}, but cohort {q.cohort} peers borrow {peers_borrowed} of its lent "
+                    "GPUs; waiting for them to be reclaimed or released"
                 )
             else:
                 free = max(0, lent - peers_borrowed)

@@ -16,6 +16,11 @@ from gpuq.core.pools import Pool
 from gpuq.core.state import CycleState
 
 
+def counted(n: int, noun: str) -> str:
+    """'1 node', '2 nodes': a count in a message, in the right number (not 'node(s)')."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def shape(replicas: int, d: Demand) -> str:
     return f"{replicas}x{d.gpus} GPUs" if d.gpus else f"{replicas} workers ({d.describe()})"
 

@@ -38,7 +38,7 @@ from gpuq.core.index import ClusterIndex, OrderKey, SnapshotError, order_key
 from gpuq.core.model import Job, Queue, QueueingStrategy, Snapshot, TopologyMode
 from gpuq.core.placement import Placement, Request, place
 from gpuq.core.pools import Pool
-from gpuq.core.quota import QuotaBook
+from gpuq.core.quota import QuotaBook, model_quota_reason
 from gpuq.core.reasons import capacity_reason, placement_reason, unschedulable_reason
 from gpuq.core.service import ServiceView, attained
 from gpuq.core.state import CycleState
@@ -979,14 +979,8 @@ class _Cycle:
         if allowed == frozenset(self.ix.models):
             return None, ""
         full = frozenset(m for m in q.model_quotas if m not in allowed)
-        return allowed, f"queue {q.name} at model quota ({self._usage_text(q, full)}); needs {need}"
-
-    def _usage_text(self, q: Queue, models: frozenset[str]) -> str:
-        """e.g. "H100 16/16, L4 3/4": usage and quota of the given quota'd models."""
-        used = self.book.model_usage.get(q.name, {})
-        return ", ".join(
-            f"{m} {used.get(m, 0)}/{lim}" for m, lim in sorted(q.model_quotas.items()) if m in models
-        )
+        usage = self.book.model_usage.get(q.name, {})
+        return allowed, model_quota_reason(q, usage, full, need, job.constraints.mixed_models)
 
     def _place_within_model_quota(
         self,
@@ -1006,7 +1000,7 @@ class _Cycle:
             return p, tiers, ""
         headroom = self.book.model_headroom(q)
         over = frozenset(m for m, g in self._models_of(p, d).items() if g > headroom.get(m, g))
-        capped = f"queue {q.name} at model quota ({self._usage_text(q, over)}); needs {G}"
+        capped = model_quota_reason(q, self.book.model_usage.get(q.name, {}), over, G)
         strict = self._single_model_allowed(q, G)
         if not strict:
             return None, [[]], capped

@@ -18,6 +18,7 @@ from gpuq.core import preemption
 from gpuq.core.decisions import CAPACITY_CODES, NEVER_CODES, Decisions, PendingCode
 from gpuq.core.model import Job, Queue, ReclaimPreemption, WithinQueuePreemption
 from gpuq.core.quota import QuotaBook, lendable, lent_out
+from gpuq.core.reasons import counted
 from gpuq.core.scheduler import schedule
 from gpuq.core.state import CycleState
 from gpuq.ctl.state import State
@@ -187,21 +188,27 @@ def _best_domains(state: State, job: Job) -> list[dict[str, Any]]:
 def _topology_lines(state: State, job: Job) -> list[str]:
     w = job.workers
     level = job.topology.level
-    want = f"needs {w.replicas} worker(s) x {w.gpus_per_worker} GPUs"
+    want = f"needs {counted(w.replicas, 'worker')} x {w.gpus_per_worker} GPUs"
     if level is not None:
         want += f", {job.topology.mode.value.lower()} in one {level}"
     eligible = state.ix.eligibility(job).nodes
-    out = [f"{want}; {len(eligible)} eligible node(s)"]
+    out = [f"{want}; {counted(len(eligible), 'eligible node')}"]
     for d in _best_domains(state, job):
         mark = (
             " (its required level)" if d["level"] == level and job.topology.mode.value == "Required" else ""
         )
-        slots = d["workerSlots"]
-        room = f"all {w.replicas}" if slots >= w.replicas else f"{slots} of its {w.replicas}"
         out.append(
-            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, room for {room} workers{mark}"
+            f"best {d['level']}: {d['domain']} with {d['freeGPUs']} free GPUs, {_room(d, w.replicas)}{mark}"
         )
     return out
+
+
+def _room(domain: dict[str, Any], replicas: int) -> str:
+    """Worker slots of a domain as a share of the gang, never more than it (a domain may hold more)."""
+    slots = domain["workerSlots"]
+    if slots >= replicas:
+        return "room for all its workers" if replicas > 1 else "room for its worker"
+    return f"room for {slots} of its {replicas} workers" if slots else "no room for a worker"
 
 
 # ---- what would unblock it ---------------------------------------------------------------------------
@@ -326,7 +333,16 @@ def _capacity_what_if(state: State, job: Job) -> list[str]:
 
     all_gone = without(cands)
     if not any(a.job == job.key for a in all_gone.admit):
-        return [_still_waiting(state, job, all_gone, eligible)]
+        # Admitted in its place: jobs placed on its eligible nodes in that what-if, and it gets in
+        # once they are left out too (so they really take its room, not just room elsewhere).
+        idx = ix.node_idx
+        takers = [
+            a.job
+            for a in all_gone.admit
+            if a.job != job.key and any(idx.get(n, -1) in eligible for n in a.placement)
+        ]
+        ahead = takers if takers and admitted_without([*cands, *takers]) else []
+        return [_still_waiting(state, job, all_gone, eligible, ahead)]
     lo, hi = 1, len(cands)  # smallest k with admitted_without(cands[:k])
     while lo < hi and runs[0] < MAX_WHAT_IFS:
         mid = (lo + hi) // 2
@@ -342,14 +358,15 @@ def _capacity_what_if(state: State, job: Job) -> list[str]:
         if admitted_without(rest):
             chosen = rest
     names = ", ".join(chosen[:SHOW]) + (" ..." if len(chosen) > SHOW else "")
-    return [f"{len(chosen)} running job(s) finishing: {names} (the core admits it without them)"]
+    return [f"{counted(len(chosen), 'running job')} finishing: {names} (the core admits it without them)"]
 
 
-def _still_waiting(state: State, job: Job, all_gone: Decisions, eligible: set[int]) -> str:
+def _still_waiting(
+    state: State, job: Job, all_gone: Decisions, eligible: set[int], ahead: Sequence[str]
+) -> str:
     """Why even the end of every running job on its eligible nodes would not let it in: what the
-    core decided in that what-if."""
+    core decided in that what-if. `ahead`: jobs that took its room there (checked by the caller)."""
     lead = "no set of running jobs finishing lets it in on its own"
-    ahead = [a.job for a in all_gone.admit if a.job != job.key]
     if ahead:
         names = ", ".join(ahead[:SHOW]) + (" ..." if len(ahead) > SHOW else "")
         return f"{lead}: jobs ahead of it would take the freed room first ({names})"
@@ -379,7 +396,7 @@ def _preemption_lines(
             if position > 1
             else "no set of them frees a placement that fits it (size, topology or constraints)"
         )
-        return [f"it may preempt {len(cands)} job(s): {names}", f"it does not because {why}"]
+        return [f"it may preempt {counted(len(cands), 'job')}: {names}", f"it does not because {why}"]
     return _why_no_victims(state, book, job, q, gpus)
 
 
@@ -424,7 +441,12 @@ def _why_no_reclaim(state: State, book: QuotaBook, job: Job, q: Queue) -> str:
     borrowers = [p for p in peers if book.borrowed(p) > 0]
     if not borrowers:
         leaving = state.ix.evicting_usage
-        back = [f"{p.name} ({leaving[p.name]} GPUs)" for p in peers if leaving.get(p.name)]
+        # The core's rule: a peer that borrowed counting its leaving gangs gives those back.
+        back = [
+            f"{p.name} ({leaving[p.name]} GPUs)"
+            for p in peers
+            if preemption.reclaimed_by_eviction(book, p, leaving)
+        ]
         if back:
             return (
                 f"reclaim: no peer in cohort {q.cohort} borrows beyond its gangs being evicted: "
@@ -466,7 +488,7 @@ def _running(state: State, entry: JobEntry) -> Explanation:
         when.append(f"admitted {s.admitted_at.isoformat()}")
     if s.started_at:
         when.append(f"running since {s.started_at.isoformat()}")
-    head = f"attempt {s.attempt}: {len(s.placement)} worker(s) on {len(nodes)} node(s)"
+    head = f"attempt {s.attempt}: {counted(len(s.placement), 'worker')} on {counted(len(nodes), 'node')}"
     ex.add("Placement", [head, *placement, *when], nodes=nodes)
     if job is not None:
         ex.add("Preemption exposure", _exposure(state, job))
@@ -508,7 +530,7 @@ def _exposure(state: State, job: Job) -> list[str]:
     ]
     if higher and q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
         out.append(
-            f"{len(higher)} waiting job(s) of {q.name} with higher priority may preempt it: "
+            f"{counted(len(higher), 'waiting job')} of {q.name} with higher priority may preempt it: "
             f"{', '.join(higher[:SHOW])}"
         )
     book = _book(state)
@@ -517,5 +539,6 @@ def _exposure(state: State, job: Job) -> list[str]:
             f"{q.name} runs {book.borrowed(q)} GPUs over its nominal quota: cohort peers may reclaim it"
         )
     if q.preemption.max_per_hour is not None:
-        out.append(f"queue {q.name} loses at most {q.preemption.max_per_hour} job(s) an hour to preemption")
+        most = counted(q.preemption.max_per_hour, "job")
+        out.append(f"queue {q.name} loses at most {most} an hour to preemption")
     return out or ["nothing waiting may preempt it now"]
