@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuq.controller.intents import admission_message
+from gpuq.controller.intents import admission_message, all_workers
 from gpuq.core.reasons import counted
 
 
@@ -17,3 +17,8 @@ def test_an_admission_names_each_node_once_and_counts_workers_and_nodes() -> Non
 
 def test_counts_take_the_number_of_their_noun() -> None:
     assert [counted(n, "node") for n in (0, 1, 2)] == ["0 nodes", "1 node", "2 nodes"]
+
+
+def test_a_single_worker_is_its_worker_not_all_1_workers() -> None:
+    assert all_workers(1, "running") == "its worker running"
+    assert all_workers(3, "succeeded") == "all 3 workers succeeded"

@@ -19,6 +19,11 @@ from gpuq.controller.snapshot import SUSPENDED, Exclusion
 from gpuq.core.decisions import Admit, Pending
 
 
+def all_workers(n: int, state: str) -> str:
+    """'all 2 workers running', 'its worker running' (not 'all 1 workers')."""
+    return f"its worker {state}" if n == 1 else f"all {n} workers {state}"
+
+
 def _identity(job: JobEntry) -> dict[str, Any]:
     """Fields written with the job's first status (there is no separate "first seen" write)."""
     if job.spec is None:
@@ -52,7 +57,7 @@ def admit_status(
         msg += f"; {note}"
     conds = st.with_condition(s.conditions, st.ADMITTED, True, "Admitted", msg, now)
     if running:
-        msg = f"all {len(placement)} workers running"
+        msg = all_workers(len(placement), "running")
     return st.patch(
         s,
         phase=Phase.RUNNING if running else Phase.ADMITTED,

@@ -19,7 +19,7 @@ from gpuq.api.meta import Condition
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
 from gpuq.controller import record
 from gpuq.controller import status as st
-from gpuq.controller.intents import admit_status
+from gpuq.controller.intents import admit_status, all_workers
 from gpuq.controller.objects import JobEntry, PodEntry, newer, parse_time
 from gpuq.core.config import FailoverConfig
 from gpuq.core.failover import backoff_seconds
@@ -324,7 +324,7 @@ def _record_admission(
 
 
 def _succeeded_message(workers: int) -> str:
-    return f"all {workers} workers succeeded"
+    return all_workers(workers, "succeeded")
 
 
 def _transition(
@@ -396,7 +396,7 @@ def _transition(
         )
         return Plan(job.key, status, (*events, st.normal("Succeeded", msg)), stale)
     if s.phase == Phase.ADMITTED and all(p.phase in ("Running", "Succeeded") for p in by_rank.values()):
-        msg = f"all {spec.workers.replicas} workers running"
+        msg = all_workers(spec.workers.replicas, "running")
         status = st.patch(s, phase=Phase.RUNNING, message=msg, started_at=st.when(now), rejections=0, **extra)
         return Plan(job.key, status, events, stale)  # no Event: the phase says it, and it saves a write
     return Plan(job.key, st.patch(s, **extra), events, stale)
