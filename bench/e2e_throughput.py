@@ -89,7 +89,7 @@ from gpuq.devcluster.shape import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL
 from gpuq.devcluster.testing import wait_for
 from gpuq.peers import kueue_stack
 from gpuq.peers.kueue_binaries import KueueBuild, ensure_kueue
-from gpuq.peers.kueue_stack import APISERVER_ARGS, KueueStack, queue_objects
+from gpuq.peers.kueue_stack import KueueStack, queue_objects
 from gpuq.sim.metrics import percentile
 
 NS_GPUQ = "bench-gpuq"
@@ -626,7 +626,6 @@ def main(argv: list[str] | None = None) -> int:
         tie_to_process=True,
         timeout=600,
         audit_pod_writes=True,
-        apiserver_args=APISERVER_ARGS,  # Kueue's webhooks are reached through their Service's endpoints
     )
     print(f"cluster up in {time.monotonic() - t_up:.0f} s", flush=True)
     op = None

@@ -58,7 +58,7 @@ from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
 from gpuq.devcluster import Cluster, Shape, ensure_binaries
 from gpuq.devcluster.components import UPSTREAM_TIMING
 from gpuq.peers.kueue_binaries import KueueBuild, ensure_kueue
-from gpuq.peers.kueue_stack import APISERVER_ARGS, BENCH_CLIENT, KueueStack
+from gpuq.peers.kueue_stack import BENCH_CLIENT, KueueStack
 from gpuq.sim.metrics import percentile
 
 MIX = ((1, 1, 0.85), (1, 2, 0.10), (2, 4, 0.05))  # (replicas, GPUs per worker, share): 1.45 GPUs a job
@@ -258,9 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     kueue_build = None if args.no_kueue else ensure_kueue()
     t0 = time.monotonic()
     name = f"bench-spike-{os.getpid()}"
-    dev = Cluster.up(
-        name, shape, timing=UPSTREAM_TIMING, tie_to_process=True, timeout=900, apiserver_args=APISERVER_ARGS
-    )
+    dev = Cluster.up(name, shape, timing=UPSTREAM_TIMING, tie_to_process=True, timeout=900)
     print(f"cluster up in {time.monotonic() - t0:.0f} s", flush=True)
     try:
         cfg = k8s.Configuration()

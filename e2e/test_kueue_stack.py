@@ -36,9 +36,7 @@ def kueue() -> KueueBuild:
 @pytest.fixture(scope="module")
 def dev() -> Iterator[Cluster]:
     shape = Shape(racks=2, nodes_per_rack=2, gpus_per_node=8, blocks=1, zones=1)
-    cluster = Cluster.up(
-        f"kueue-stack-{os.getpid()}", shape, tie_to_process=True, apiserver_args=kueue_stack.APISERVER_ARGS
-    )
+    cluster = Cluster.up(f"kueue-stack-{os.getpid()}", shape, tie_to_process=True)
     try:
         yield cluster
     finally:

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds what the later test stages need (kind and its node image, Prometheus, helm, Kueue) in the
+# Builds what the later test stages need (kind and its node image, Prometheus, helm, Kueue, Kubeflow's
+# training-operator) in the
 # background at the lowest CPU priority, while the local suites run: those mostly wait on the API
 # server, and on a cold machine the Go builds are a third of `make test`. Warm, everything is cached
 # and this takes a second.
@@ -19,7 +20,8 @@ LOG="$CACHE_ROOT/prebuild.log" PID="$CACHE_ROOT/prebuild.pid" RC="$CACHE_ROOT/pr
 # fails (or skips) by its own rules, as it would without this head start.
 steps() {
   local step
-  for step in prometheus.sh helm.sh "kueue.sh minimalkueue performance-scheduler-runner" kind/node-image.sh; do
+  for step in prometheus.sh helm.sh "kueue.sh minimalkueue performance-scheduler-runner" training-operator.sh \
+    kind/node-image.sh; do
     # shellcheck disable=SC2086  # a step may carry arguments
     bash "$HACK_DIR"/$step >/dev/null || echo "== background: hack/$step failed"
   done
@@ -34,7 +36,7 @@ case "${1:-}" in
       echo $? >"$RC"
     ) </dev/null &
     echo $! >"$PID"
-    echo "== building kind, its node image, Prometheus, helm and Kueue in the background (nice 19; log: $LOG)"
+    echo "== building kind, its node image, Prometheus, helm, Kueue and the training-operator in the background (nice 19; log: $LOG)"
     ;;
   wait)
     [[ -f "$PID" ]] || { echo "hack/prebuild.sh wait: nothing was started" >&2; exit 1; }

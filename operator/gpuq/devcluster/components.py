@@ -130,6 +130,10 @@ def apiserver_argv(bin_dir: Path, pki: Pki, ports: Ports, audit: ClusterPaths | 
         # The `kubernetes` Service cannot point at a loopback address (EndpointSlice validation rejects
         # it), and nothing in-cluster needs to reach the API server through it.
         "--endpoint-reconciler-type=none",
+        # Controllers run here as local processes (Kueue's manager, Kubeflow's training-operator) serve
+        # their webhooks behind Services without pods: the API server calls them through the
+        # Services' EndpointSlices (nothing here routes ClusterIPs), by the name their certificate has.
+        "--enable-aggregator-routing=true",
         # GPUQ_APISERVER_PROFILING=1 serves /debug/pprof (how docs/throughput.md profiled a drain).
         f"--profiling={'true' if os.environ.get('GPUQ_APISERVER_PROFILING') == '1' else 'false'}",
         *(audit_argv(audit) if audit is not None else []),

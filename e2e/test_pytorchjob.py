@@ -1,0 +1,157 @@
+"""PyTorchJobs as gangs (docs/existing-workloads.md) on a real API server with Kubeflow's
+training-operator v1.8.1 installed as its users install it (built from its Go module,
+hack/training-operator.sh; gpuq.peers.training_operator): a PyTorchJob whose pods ask for gpuq is
+bound whole, Master and Workers at once, and a higher-priority TrainingJob preempts it by
+suspending it (runPolicy.suspend), after which it runs again and succeeds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+import test_operator as shared
+from gpuq.api import meta
+from gpuq.controller.testing import GpuqClient, OperatorProcess
+from gpuq.devcluster import SIM_DURATION, ensure_binaries
+from gpuq.devcluster.testing import E2ECluster, required_build, wait_for
+from gpuq.peers.training_operator import TrainingOperatorStack, ensure_training_operator
+
+pytestmark = pytest.mark.e2e
+
+gpuq, ns, queue, phase = shared.gpuq, shared.ns, shared.queue, shared.phase
+GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
+
+
+@pytest.fixture(scope="module")
+def training_operator(
+    cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TrainingOperatorStack]:
+    cluster.require_simulated_pods("PyTorchJobs that finish on time")
+    if cluster.dev is None:
+        pytest.skip("the training-operator runs as a local process beside a local cluster only")
+    build = required_build("training_operator", ensure_training_operator)
+    work = tmp_path_factory.mktemp("training-operator")
+    stack = TrainingOperatorStack(build, ensure_binaries() / "kubectl", cluster.kubeconfig, work)
+    stack.up()
+    yield stack
+    stack.down()
+    print(f"training-operator log: {work / 'training-operator.log'}")
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    training_operator: TrainingOperatorStack,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[OperatorProcess]:
+    # Started after the CRD exists: an operator started before finds the kind within a minute.
+    yield from shared.run_operator(cluster, tmp_path_factory, "pytorch-operator", shared.FAST_CONFIG)
+
+
+@pytest.fixture
+def custom(cluster: E2ECluster) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(cluster.api)
+
+
+def pytorchjob(
+    name: str, queue: str, workers: int, gpus: int, seconds: int, priority: int = 0
+) -> dict[str, Any]:
+    """A PyTorchJob as a Kubeflow user writes it, plus the opt-in (queue label, schedulerName)."""
+
+    def replica(count: int) -> dict[str, Any]:
+        return {
+            "replicas": count,
+            "restartPolicy": "Never",
+            "template": {
+                "metadata": {"annotations": {SIM_DURATION: f"{seconds}s"}},
+                "spec": {
+                    "schedulerName": "gpuq",
+                    "containers": [
+                        {
+                            "name": "pytorch",
+                            "image": "trainer:1",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                        }
+                    ],
+                },
+            },
+        }
+
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": {meta.LABEL_QUEUE: queue, meta.LABEL_PRIORITY: str(priority)}},
+        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(workers - 1)}},
+    }
+
+
+def job_pods(gpuq: GpuqClient, ns: str, name: str) -> list[Any]:
+    pods = gpuq.core.list_namespaced_pod(ns, label_selector=f"training.kubeflow.org/job-name={name}").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def bound(gpuq: GpuqClient, ns: str, name: str) -> list[Any]:
+    return [p for p in job_pods(gpuq, ns, name) if p.spec.node_name]
+
+
+def condition(custom: k8s.CustomObjectsApi, ns: str, name: str, type_: str) -> bool:
+    body = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    conds = (body.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in conds)
+
+
+@pytest.fixture
+def pytorchjobs(
+    gpuq: GpuqClient, custom: k8s.CustomObjectsApi, ns: str
+) -> Iterator[Callable[[dict[str, Any]], str]]:
+    made: list[str] = []
+
+    def create(body: dict[str, Any]) -> str:
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
+        made.append(body["metadata"]["name"])
+        return str(body["metadata"]["name"])
+
+    yield create
+    for name in made:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    wait_for(lambda: not any(job_pods(gpuq, ns, n) for n in made), 60, "PyTorchJob pods gone")
+
+
+def test_a_pytorchjob_is_bound_whole_preempted_by_suspension_and_succeeds_after(
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    pytorchjobs: Callable[[dict[str, Any]], str],
+    custom: k8s.CustomObjectsApi,
+) -> None:
+    q = queue(24)
+    job = pytorchjobs(pytorchjob("bert", q, 3, 8, seconds=15))
+    wait_for(lambda: len(bound(gpuq, ns, job)) == 3, 60, "Master and both Workers bound")
+    ranks = {p.metadata.labels["training.kubeflow.org/replica-type"] for p in bound(gpuq, ns, job)}
+    assert ranks == {"master", "worker"}
+    for p in bound(gpuq, ns, job):
+        assert (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "1"
+    gpuq.submit(ns, "urgent", q, 2, 8, priority=100, annotations={SIM_DURATION: "6s"})
+    wait_for(
+        lambda: (
+            custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)["spec"]
+            .get("runPolicy", {})
+            .get("suspend")
+            is True
+        ),
+        30,
+        "the PyTorchJob suspended by gpuq",
+    )
+    phase(gpuq, operator, ns, "urgent", "Running", timeout=60)
+    phase(gpuq, operator, ns, "urgent", "Succeeded", timeout=60)
+    wait_for(lambda: len(bound(gpuq, ns, job)) == 3, 90, "the PyTorchJob bound again after the preemptor")
+    for p in bound(gpuq, ns, job):
+        assert (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "2"
+    wait_for(lambda: condition(custom, ns, job, "Succeeded"), 90, "the PyTorchJob Succeeded")
+    final = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)
+    assert meta.ANNOTATION_SUSPENDED_BY not in (final["metadata"].get("annotations") or {})
