@@ -5,6 +5,7 @@ shares its queue's quota with TrainingJobs."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -17,6 +18,7 @@ from gpuq.api import meta
 from gpuq.controller.testing import GpuqClient, OperatorProcess
 from gpuq.devcluster import SIM_DURATION
 from gpuq.devcluster.testing import E2ECluster, wait_for
+from test_ctl import plugin as ctl
 
 pytestmark = pytest.mark.e2e
 
@@ -34,6 +36,29 @@ def operator(
 @pytest.fixture
 def batch(cluster: E2ECluster) -> k8s.BatchV1Api:
     return k8s.BatchV1Api(cluster.api)
+
+
+@pytest.fixture
+def custom(cluster: E2ECluster) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(cluster.api)
+
+
+def wait_for_gang(
+    custom: k8s.CustomObjectsApi, ns: str, name: str, ok: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """The status of the Gang object gpuq keeps for a gang of another owner, once `ok` holds."""
+    seen: dict[str, Any] = {}
+
+    def check() -> bool:
+        try:
+            body = custom.get_namespaced_custom_object(meta.GROUP, meta.VERSION, ns, "gangs", name)
+        except k8s.ApiException:
+            return False
+        seen.update(body.get("status") or {})
+        return ok(seen)
+
+    wait_for(check, 30, f"Gang {ns}/{name}")
+    return seen
 
 
 def indexed_job(name: str, queue: str, workers: int, gpus: int, seconds: int) -> dict[str, Any]:
@@ -105,6 +130,8 @@ def stays_unbound(gpuq: GpuqClient, ns: str, name: str, seconds: float = 4.0) ->
 
 
 def test_an_indexed_job_runs_as_a_gang_and_the_next_waits_for_its_quota(
+    cluster: E2ECluster,
+    custom: k8s.CustomObjectsApi,
     gpuq: GpuqClient,
     operator: OperatorProcess,
     ns: str,
@@ -118,9 +145,20 @@ def test_an_indexed_job_runs_as_a_gang_and_the_next_waits_for_its_quota(
     for p in bound(gpuq, ns, first):
         assert (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "1"  # written by the binding
     wait_for(lambda: "Admitted" in job_events(gpuq, ns, first), 30, "Admitted Event on the Job")
+    running = wait_for_gang(custom, ns, "job.first", lambda s: s.get("phase") == "Running")
+    assert running["attempt"] == 1 and sorted(p["rank"] for p in running["placement"]) == [0, 1]
     second = jobs(indexed_job("second", q, 2, 8, seconds=2))
     wait_for(lambda: len(job_pods(gpuq, ns, second)) == 2, 30, "the Job controller created the pods")
     assert stays_unbound(gpuq, ns, second)  # 16 of 16 GPUs in use: not one worker bound
+    waiting = wait_for_gang(custom, ns, "job.second", lambda s: s.get("reason") == "QuotaExceeded")
+    assert waiting["phase"] == "Queued" and waiting.get("queuePosition") == 1
+    # The CLI shows the gang with the same reason code, and explains it.
+    listed = json.loads(ctl(cluster, "jobs", "-n", ns, "-o", "json").stdout)
+    row = next(r for r in listed if r["name"] == "job.second")
+    assert row["reason"] == "QuotaExceeded" and row["queue"] == q
+    explained = ctl(cluster, "explain", f"{ns}/job.second", "-o", "json")
+    assert explained.returncode == 0, explained.stderr
+    assert json.loads(explained.stdout)["reason"] == "QuotaExceeded"
     wait_for(lambda: (batch.read_namespaced_job(first, ns).status.succeeded or 0) == 2, 60, "first done")
     wait_for(lambda: len(bound(gpuq, ns, second)) == 2, 60, "the second Job's gang bound after it")
     wait_for(lambda: (batch.read_namespaced_job(second, ns).status.succeeded or 0) == 2, 60, "second done")
@@ -157,13 +195,15 @@ def test_a_training_job_preempts_an_indexed_job_by_suspending_it_and_the_job_res
     job = jobs(low)
     wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job's gang bound")
     gpuq.submit(ns, "high", q, 2, 8, priority=100, annotations={SIM_DURATION: "8s"})
+    # Suspended by gpuq: the Job controller deletes its pods and records the suspension in a
+    # condition, which stays (False) once gpuq has lifted it (kwok deletes pods at once, so the
+    # suspension itself may last only a moment).
     wait_for(
-        lambda: (
-            (batch.read_namespaced_job(job, ns).metadata.annotations or {}).get(meta.ANNOTATION_SUSPENDED_BY)
-            == "gpuq"
+        lambda: any(
+            c.type == "Suspended" for c in batch.read_namespaced_job(job, ns).status.conditions or []
         ),
         30,
-        "the victim Job suspended by gpuq",
+        "the victim Job suspended (its Suspended condition)",
     )
     phase(gpuq, operator, ns, "high", "Running", timeout=60)
     wait_for(lambda: "Preempted" in job_events(gpuq, ns, job), 30, "Preempted Event on the Job")

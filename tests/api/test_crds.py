@@ -90,7 +90,11 @@ def test_issue7_fields_are_carried() -> None:
 
 def test_printed_yaml_is_one_document_per_crd() -> None:
     docs = [d for d in yaml.safe_load_all("---\n".join(crd.render_all().values())) if d]
-    assert [d["metadata"]["name"] for d in docs] == ["trainingjobs.gpuq.dev", "gpuqueues.gpuq.dev"]
+    assert [d["metadata"]["name"] for d in docs] == [
+        "trainingjobs.gpuq.dev",
+        "gpuqueues.gpuq.dev",
+        "gangs.gpuq.dev",
+    ]
 
 
 TEMPLATE = {"spec": {"containers": [{"name": "trainer", "image": "train:1"}]}}

@@ -197,3 +197,105 @@ def test_a_job_its_user_suspended_is_a_stopped_gang_not_a_parked_one() -> None:
     cache.apply("owner:Job", "MODIFIED", user)
     gang = cache.jobs[GANG]
     assert gang.spec is not None and gang.spec.suspend and not gang.parked
+
+
+def test_kueues_topology_annotation_names_a_level_by_the_configs_node_label() -> None:
+    """The operator tells the cache the config's levels: a template annotated with Kueue's
+    podset-required-topology of `gpuq.dev/rack` asks for the config's rack level."""
+    cache = ClusterCache()  # no labels given: what the operator starts with
+    cache.replace("namespace", [b.namespace(NS)], "1")
+    cache.replace("node", [b.node("n1")], "1")
+    cache.replace("queue", [b.queue("team-a", nominal=24)], "1")
+    cache.apply("owner:Job", "ADDED", job(replicas=2))
+    before = cache.jobs[GANG]
+    assert before.spec is None and before.error is not None and "gpuq.dev/rack" in before.error
+    metrics = Metrics()
+    loop = SchedulingLoop(
+        cache, RecordingWriter(cache, metrics), SchedulerConfig(), metrics, schedule, lambda: b.T0
+    )
+    loop.cycle()
+    after = cache.jobs[GANG]
+    assert after.spec is not None and after.spec.topology.level == "rack"
+
+
+async def test_a_gangs_status_is_written_to_its_gang_object_created_on_the_first_write() -> None:
+    cache = cluster()
+    fake = FakeApi()
+    gangs = f"/apis/gpuq.dev/v1alpha1/namespaces/{NS}/gangs"
+    status_path = f"{gangs}/job.llama/status"
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "llama", "uid": "u-1"}
+    stored = {  # what the API server answers each status write with
+        "apiVersion": "gpuq.dev/v1alpha1",
+        "kind": "Gang",
+        "metadata": {"name": "job.llama", "namespace": NS, "uid": "g-1", "resourceVersion": "7"},
+        "spec": {"owner": owner},
+    }
+    fake.on("POST", gangs, Reply(201, stored))
+    fake.on(
+        "PATCH",
+        status_path,
+        Reply(200, {**stored, "status": {"phase": "Queued", "message": "waits"}}),
+        Reply(
+            200,
+            {
+                **stored,
+                "metadata": {**stored["metadata"], "resourceVersion": "8"},
+                "status": {"phase": "Queued", "message": "still waits"},
+            },
+        ),
+    )
+    async for server in serve(fake):
+        async with client(server) as api:
+            writer = Writer(api, cache, Metrics(), on_done=lambda: None, clock=lambda: b.T0)
+            fresh = await writer.patch_job_status(cache.jobs[GANG], {"phase": "Queued", "message": "waits"})
+            assert fresh.status.phase is Phase.QUEUED and cache.jobs[GANG].status.message == "waits"
+            created = fake.requests("POST", gangs)[0].body
+            assert created["metadata"]["name"] == "job.llama"
+            assert created["metadata"]["ownerReferences"] == [
+                {**owner, "controller": False, "blockOwnerDeletion": False}
+            ]
+            assert created["spec"] == {"owner": owner, "queue": "team-a", "workers": 2}
+            first = fake.requests("PATCH", status_path)[0].body["status"]
+            assert first["phase"] == "Queued" and first["message"] == "waits" and first["attempt"] == 0
+            cache.apply("gang", "ADDED", stored)  # the informer reports the Gang (no status yet)
+            assert cache.jobs[GANG].status.message == "waits"  # an empty Gang says nothing
+            await writer.patch_job_status(cache.jobs[GANG], {"message": "still waits"})
+    assert len(fake.requests("POST", gangs)) == 1  # later writes send only what changed
+    assert fake.requests("PATCH", status_path)[1].body == {"status": {"message": "still waits"}}
+    assert cache.jobs[GANG].status.message == "still waits"
+
+
+async def test_without_the_gang_crd_the_status_stays_in_memory() -> None:
+    cache = cluster()
+    fake = FakeApi()
+    gangs = f"/apis/gpuq.dev/v1alpha1/namespaces/{NS}/gangs"
+    fake.on("POST", gangs, Reply(404, {"reason": "NotFound", "message": "the server could not find it"}))
+    async for server in serve(fake):
+        async with client(server) as api:
+            writer = Writer(api, cache, Metrics(), on_done=lambda: None, clock=lambda: b.T0)
+            await writer.patch_job_status(cache.jobs[GANG], {"phase": "Queued"})
+            await writer.patch_job_status(cache.jobs[GANG], {"message": "waits"})
+    assert cache.jobs[GANG].status.phase is Phase.QUEUED and cache.jobs[GANG].status.message == "waits"
+    assert len(fake.seen) == 1  # asked once
+
+
+def test_a_new_leader_takes_a_gangs_status_from_its_gang_object() -> None:
+    cache = cluster()
+    record = {
+        "apiVersion": "gpuq.dev/v1alpha1",
+        "kind": "Gang",
+        "metadata": {"name": "job.llama", "namespace": NS, "uid": "g-1", "resourceVersion": "9"},
+        "spec": {"owner": {"apiVersion": "batch/v1", "kind": "Job", "name": "llama", "uid": "u-1"}},
+        "status": {"phase": "Queued", "attempt": 2, "restarts": 1},
+    }
+    cache.apply("gang", "ADDED", {**record, "status": {}})  # created, not written: says nothing
+    assert cache.jobs[GANG].status.attempt == 0
+    cache.apply("gang", "MODIFIED", {**record, "metadata": {**record["metadata"], "resourceVersion": "10"}})
+    assert cache.jobs[GANG].status.attempt == 2 and cache.jobs[GANG].status.restarts == 1
+    stale = {
+        **record,
+        "spec": {"owner": {"uid": "u-old"}},
+        "metadata": {**record["metadata"], "resourceVersion": "11"},
+    }
+    cache.apply("gang", "MODIFIED", stale)  # a Gang of an earlier Job of the same name
+    assert cache.jobs[GANG].status.attempt == 0

@@ -133,7 +133,7 @@ def test_crds_are_the_generated_ones_kept_on_uninstall(
     default: dict[Any, Obj], plain: dict[Any, Obj]
 ) -> None:
     crds = [k for k in plain if k[0] == "CustomResourceDefinition"]
-    assert len(crds) == 2
+    assert len(crds) == len(crd.KINDS)
     for key in crds:
         chart, mine = default[key], plain[key]
         assert chart["spec"] == mine["spec"], key
@@ -205,7 +205,7 @@ def test_crds_can_be_left_out_or_deleted_with_the_release(helm: Path) -> None:
         o for o in render(helm, "--set", "crds.install=false") if o["kind"] == "CustomResourceDefinition"
     ]
     crds = [o for o in render(helm, "--set", "crds.keep=false") if o["kind"] == "CustomResourceDefinition"]
-    assert len(crds) == 2 and all("annotations" not in o["metadata"] for o in crds)
+    assert len(crds) == len(crd.KINDS) and all("annotations" not in o["metadata"] for o in crds)
 
 
 def test_monitoring_objects_on_request(helm: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from gpuq.api import gpuqueue, trainingjob
+from gpuq.api import gang, gpuqueue, trainingjob
 from gpuq.api.meta import CATEGORY, GROUP, VERSION, cel
 
 _DROP = {"title", "$defs"}
@@ -105,7 +105,30 @@ GPU_QUEUE = Kind(
     ),
 )
 
-KINDS: tuple[Kind, ...] = (TRAINING_JOB, GPU_QUEUE)
+GANG = Kind(
+    kind="Gang",
+    plural="gangs",
+    short_name="gang",
+    namespaced=True,
+    spec=gang.GangSpec,
+    status=gang.GangStatus,
+    description=(
+        "gpuq's record of a gang it did not create (an Indexed Job's, a PyTorchJob's): the status a "
+        "TrainingJob keeps in its own. Written by the operator only."
+    ),
+    printer_columns=(
+        _col("Owner", ".spec.owner.kind"),
+        _col("Queue", ".spec.queue"),
+        _col("Workers", ".spec.workers", "integer"),
+        _col("GPUs", ".status.gpus", "integer", description="Total GPUs of the gang"),
+        _col("Phase", ".status.phase"),
+        _col("Position", ".status.queuePosition", "integer", description="Position in its queue"),
+        _col("Message", ".status.message", priority=1),
+        _AGE,
+    ),
+)
+
+KINDS: tuple[Kind, ...] = (TRAINING_JOB, GPU_QUEUE, GANG)
 
 
 def _cel_string(text: str) -> str:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from gpuq.api.trainingjob import TrainingJobStatus
+from gpuq.controller.gangs.demand import mapping
 from gpuq.controller.gangs.resolve import KINDS, Kind, is_candidate
 from gpuq.controller.gangs.table import GangTable, OwnerEntry
 from gpuq.controller.nodehealth import with_history
@@ -23,6 +24,7 @@ from gpuq.controller.objects import (
     NodeEntry,
     PodEntry,
     QueueEntry,
+    job_status,
     parse_job,
     parse_node,
     parse_pod,
@@ -154,6 +156,7 @@ class ClusterCache:
             "namespace": (self.namespaces, self.upsert_namespace, self.delete_namespace),
             "job": (self.jobs, self.upsert_job, self.delete_job),
             "pod": (self.pods, self.upsert_pod, self.delete_pod),
+            "gang": (self.gangs.records, self.upsert_gang, self.delete_gang),
             **{
                 owner_kind(k): (
                     self.gangs.owners[k.kind],
@@ -367,9 +370,31 @@ class ClusterCache:
         owner = self.gangs.owner_by_gang(gang)
         if owner is None:
             return None
-        self.gangs.status[gang] = status
+        self.gangs.status[gang] = (owner.uid, status)
         self._store_gang(owner)
         return self.jobs.get(gang)
+
+    # -- Gang objects: the status of those gangs, as the API server holds it ------------------
+    def upsert_gang(self, body: Mapping[str, Any]) -> None:
+        md = _meta(body)
+        key = f"{md['namespace']}/{md['name']}"
+        if not self._accept("gang", key, body):
+            return
+        self.gangs.records[key] = str(md.get("uid", ""))
+        if not body.get("status"):
+            return  # created, its status not written yet: it says nothing the operator does not know
+        owner_uid = str(mapping(mapping(body.get("spec")).get("owner")).get("uid", ""))
+        self.gangs.status[key] = (owner_uid, job_status(body.get("status")))
+        owner = self.gangs.owner_by_gang(key)
+        if owner is not None:
+            self._store_gang(owner)
+
+    def delete_gang(self, body: Mapping[str, Any]) -> None:
+        """Its status stays with the operator (which writes a new Gang on its next change)."""
+        md = _meta(body)
+        key = f"{md['namespace']}/{md['name']}"
+        if self._forget_object("gang", key, body):
+            self.gangs.records.pop(key, None)
 
     def set_topology_labels(self, labels: Mapping[str, str]) -> None:
         """The scheduler config's node label per topology level (gangs may name a level by it)."""

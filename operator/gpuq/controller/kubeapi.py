@@ -211,6 +211,11 @@ def job_path(namespace: str, name: str = "", sub: str = "") -> str:
     return base + (f"/{quote(name)}" if name else "") + (f"/{sub}" if sub else "")
 
 
+def gang_path(namespace: str, name: str = "", sub: str = "") -> str:
+    base = f"/apis/{meta.GROUP}/{meta.VERSION}/namespaces/{quote(namespace)}/gangs"
+    return base + (f"/{quote(name)}" if name else "") + (f"/{sub}" if sub else "")
+
+
 def queue_path(name: str = "", sub: str = "") -> str:
     base = f"/apis/{meta.GROUP}/{meta.VERSION}/gpuqueues"
     return base + (f"/{quote(name)}" if name else "") + (f"/{sub}" if sub else "")

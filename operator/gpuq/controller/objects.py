@@ -230,7 +230,7 @@ def parse_queue(body: Mapping[str, Any]) -> QueueEntry:
     )
 
 
-def _job_status(raw: Mapping[str, Any] | None) -> TrainingJobStatus:
+def job_status(raw: Mapping[str, Any] | None) -> TrainingJobStatus:
     try:
         return TrainingJobStatus.model_validate(raw or {})
     except ValidationError:
@@ -253,7 +253,7 @@ def parse_job(body: Mapping[str, Any]) -> JobEntry:
         uid=md.get("uid", ""),
         created_at=parse_time(md.get("creationTimestamp")) or 0.0,
         spec=spec,
-        status=_job_status(body.get("status")),
+        status=job_status(body.get("status")),
         generation=md.get("generation", 0),
         error=error,
         checkpoint=checkpoint,

@@ -519,6 +519,8 @@ class SnapshotBuilder:
         if config is not self._config:
             self._config, self._jobs, self._nodes_memo = config, {}, {}
         topo = config.topology
+        # Gangs of other owners may name a level by its node label (Kueue's topology annotations).
+        cache.set_topology_labels(dict(zip(topo.labels, topo.levels, strict=True)))
         excluded: dict[str, Exclusion] = {}
         blocked: dict[str, Exclusion] = {}
         held: dict[str, Holding] = {}

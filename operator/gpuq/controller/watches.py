@@ -16,7 +16,7 @@ from gpuq.api import meta
 from gpuq.controller.cache import ClusterCache, owner_kind
 from gpuq.controller.gangs.resolve import KINDS, collection_path
 from gpuq.controller.informer import Informer
-from gpuq.controller.kubeapi import KubeApi, job_path, queue_path
+from gpuq.controller.kubeapi import KubeApi, gang_path, job_path, queue_path
 
 
 def informers(api: KubeApi, cache: ClusterCache, namespaces: Collection[str] = ()) -> list[Informer]:
@@ -31,6 +31,17 @@ def informers(api: KubeApi, cache: ClusterCache, namespaces: Collection[str] = (
         *jobs,
         Informer(api, "pod", "/api/v1/pods", cache),
         *owner_informers(api, cache, namespaces),
+        *(  # gpuq's records of those gangs (optional: an install whose CRDs predate the Gang kind)
+            Informer(
+                api,
+                "gang",
+                gang_path(ns) if ns else f"/apis/{meta.API_VERSION}/gangs",
+                cache,
+                scope=ns or None,
+                optional=True,
+            )
+            for ns in (sorted(namespaces) or [""])
+        ),
     ]
 
 

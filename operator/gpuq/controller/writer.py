@@ -99,6 +99,7 @@ class Writer:
         self._next: dict[str, Callable[[], Awaitable[object]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._instance = os.environ.get("POD_NAME") or os.environ.get("HOSTNAME", "gpuq")
+        self._gangs_served = True  # until a Gang create finds no CRD
         self._admissions = asyncio.Semaphore(ADMISSIONS_IN_FLIGHT)
         self.admissions_waiting = 0  # admissions decided and assumed, waiting for a slot to create pods
         self._normal_events = TokenBucket(NORMAL_EVENTS_PER_SECOND, NORMAL_EVENTS_BURST)
@@ -197,13 +198,12 @@ class Writer:
         that only informs, paced by the client's routine budget (KubeApi.routine_limiter)."""
         if not patch:
             return job
-        if job.source is not None:
-            fresh = self.cache.set_gang_status(job.key, gang_record.patched(job.status, patch))
-            return fresh if fresh is not None else job
         limiter = None
         if routine:
             await self._routine_turn(job.key)
             limiter = kubeapi.PREPAID
+        if job.source is not None:
+            return await self._write_gang_status(job, patch, limiter)
         try:
             body = await self.api.merge_patch(
                 kubeapi.job_path(job.namespace, job.name, "status"),
@@ -217,6 +217,40 @@ class Writer:
             raise
         self.cache.upsert_job(body)
         return parse_job(body)
+
+    async def _write_gang_status(
+        self, job: JobEntry, patch: dict[str, Any], limiter: TokenBucket | None
+    ) -> JobEntry:
+        """A gang of another owner: the status is the operator's (memory first, so a failed write
+        loses nothing it decides by), then written to the gang's Gang object (created on its first
+        write) for users and for the next leader. Without the Gang CRD it stays in memory."""
+        status = gang_record.patched(job.status, patch)
+        fresh = self.cache.set_gang_status(job.key, status) or job
+        if not self._gangs_served:
+            return fresh
+        path = kubeapi.gang_path(job.namespace)
+        try:
+            if job.key not in self.cache.gangs.records:
+                try:
+                    await self.api.create(path, gang_record.gang_object(fresh))
+                except ApiError as exc:
+                    if not exc.conflict:
+                        raise
+                patch = {**gang_record.whole(status), **{k: v for k, v in patch.items() if v is None}}
+            body = await self.api.merge_patch(
+                kubeapi.gang_path(job.namespace, job.name, "status"), {"status": patch}, None, limiter
+            )
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            if job.key in self.cache.gangs.records:  # its Gang was deleted: a new one next time
+                self.cache.gangs.records.pop(job.key, None)
+            else:
+                self._gangs_served = False
+                log.warning("the Gang CRD is not installed: gangs' status stays in memory", job=job.key)
+            return fresh
+        self.cache.apply("gang", "MODIFIED", body)
+        return self.cache.jobs.get(job.key) or fresh
 
     async def patch_queue_status(self, name: str, patch: dict[str, Any]) -> None:
         body = await self.api.merge_patch(kubeapi.queue_path(name, "status"), {"status": patch})

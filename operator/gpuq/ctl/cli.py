@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     q = command("queues", "GPU queues: quota, usage, borrowing, fair share, jobs, cohorts", _queues)
     q.add_argument("-o", "--output", choices=FORMATS, default="table")
-    j = command("jobs", "TrainingJobs in queue order, with position and reason code", _jobs)
+    j = command("jobs", "TrainingJobs and opted-in Jobs/PyTorchJobs in queue order, with reason code", _jobs)
     j.add_argument("-o", "--output", choices=FORMATS, default="table")
     j.add_argument("--queue", help="only this queue's jobs")
     j.add_argument("--status", help="a phase (queued, admitted, running, ...), or pending: every waiting one")
@@ -92,7 +92,15 @@ def _client(args: argparse.Namespace) -> Client:
 def _state(client: Client) -> Any:
     from gpuq.ctl.state import State
 
-    bodies = [*client.nodes(), *client.queues(), *client.namespaces(), *client.jobs(), *client.pods()]
+    bodies = [
+        *client.nodes(),
+        *client.queues(),
+        *client.namespaces(),
+        *client.jobs(),
+        *client.gang_owners(),
+        *client.gangs(),
+        *client.pods(),
+    ]
     return State.of(bodies, client.scheduler_config(), time.time())
 
 
@@ -143,11 +151,13 @@ def _explain(args: argparse.Namespace) -> int:
 
     client = _client(args)
     ns, name = _key(args)
-    client.job(ns, name)  # a readable "not found" before listing everything
+    if "." not in name:  # a TrainingJob (names of gangs of other owners are `job.NAME`, `pytorchjob.NAME`)
+        client.job(ns, name)  # a readable "not found" before listing everything
     state = _state(client)
     key = f"{ns}/{name}"
     if key not in state.cache.jobs:
-        raise CtlError(f"trainingjob {key} not found")
+        what = "trainingjob" if "." not in name else "gang (an opted-in Indexed Job or PyTorchJob)"
+        raise CtlError(f"{what} {key} not found")
     ex = explain(state, key)
     if args.output in ("json", "yaml"):
         sys.stdout.write(structured(ex.to_dict(), args.output))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import urllib3
 from kubernetes import client as k8s
@@ -11,6 +14,7 @@ from kubernetes import config as k8s_config
 
 from gpuq.api import crd, meta
 from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map
+from gpuq.controller.gangs.resolve import KINDS, collection_path
 from gpuq.core.config import SchedulerConfig
 
 PLURALS = {"TrainingJob": "trainingjobs", "GPUQueue": "gpuqueues"}
@@ -93,6 +97,29 @@ class Client:
         return self.items(
             f"/apis/{meta.GROUP}/{meta.VERSION}{scope}/trainingjobs", "TrainingJob", meta.API_VERSION
         )
+
+    def gang_owners(self) -> list[dict[str, Any]]:
+        """Indexed Jobs and PyTorchJobs that opted in (gpuq.dev/queue): gangs gpuq did not create.
+        A kind the cluster does not serve (no training-operator) or this user may not read is left
+        out, as the operator leaves it out."""
+        out: list[dict[str, Any]] = []
+        for kind in KINDS.values():
+            path = f"{collection_path(kind)}?labelSelector={quote(meta.LABEL_QUEUE)}"
+            out += self._optional(partial(self.items, path, kind.kind, kind.api_version))
+        return out
+
+    def gangs(self) -> list[dict[str, Any]]:
+        """gpuq's records of those gangs (Gang objects), where the CRD is installed."""
+        path = f"/apis/{meta.GROUP}/{meta.VERSION}/gangs"
+        return self._optional(lambda: self.items(path, "Gang", meta.API_VERSION))
+
+    def _optional(self, read: Callable[[], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        try:
+            return read()
+        except CtlError as exc:
+            if exc.status in (403, 404):
+                return []
+            raise
 
     def queues(self) -> list[dict[str, Any]]:
         return self.items(f"/apis/{meta.GROUP}/{meta.VERSION}/gpuqueues", "GPUQueue", meta.API_VERSION)

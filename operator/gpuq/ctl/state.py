@@ -4,12 +4,14 @@ are read: `State.of` takes bodies, a config and a time)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from gpuq.api.trainingjob import Phase
 from gpuq.controller.cache import ClusterCache
+from gpuq.controller.gangs.resolve import KINDS
 from gpuq.controller.preemption import HOUR, PreemptionTracker
 from gpuq.controller.snapshot import SnapshotBuilder, View
 from gpuq.core.config import SchedulerConfig
@@ -36,12 +38,15 @@ class State:
         now: float,
     ) -> State:
         cache = ClusterCache()
-        upsert = {
+        upsert: dict[str, Callable[[Mapping[str, Any]], None]] = {
             "Node": cache.upsert_node,
             "GPUQueue": cache.upsert_queue,
             "Namespace": cache.upsert_namespace,
             "TrainingJob": cache.upsert_job,
             "Pod": cache.upsert_pod,
+            "Gang": cache.upsert_gang,
+            # Owners of gangs gpuq did not create: their pods and Gangs may come first (any order).
+            **{k.kind: partial(cache.upsert_owner, k) for k in KINDS.values()},
         }
         for body in bodies:
             upsert[str(body["kind"])](body)

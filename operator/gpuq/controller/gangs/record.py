@@ -1,12 +1,11 @@
 """A gang's status, for owners whose object has no place for gpuq's (Indexed Jobs, PyTorchJobs).
 
 A TrainingJob keeps what gpuq knows of it (phase, attempt, placement, conditions) in its own
-`status`. An owner of another kind has no such field, so the operator keeps the same status in
-memory and applies the same merge patches to it. It is not the durable record: the gang's bound
-pods are (each carries `gpuq.dev/attempt`, written with its binding). An operator that restarts
-finds them, as it finds a TrainingJob's gang created before its status (gpuq.controller.record),
-and rebuilds the status from them; what is lost is history (restart counts, conditions' times).
-A durable record of its own is the next step (docs/existing-workloads.md, "The plan").
+`status`. An owner of another kind has no such field, so the operator applies the same merge
+patches to a status it keeps, and writes that to a Gang object (gpuq.api.gang) named like the
+gang's entry (`job.llama`), owned by the owner: users read it, a new leader lists it. The bound
+pods stay the durable record of an admission (each carries `gpuq.dev/attempt`, written with its
+binding): without the Gang CRD, or before the first write, the status is rebuilt from them.
 """
 
 from __future__ import annotations
@@ -14,8 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuq.api import meta
 from gpuq.api.trainingjob import TrainingJobStatus
 from gpuq.controller.gangs.resolve import KINDS, Kind
+from gpuq.controller.objects import JobEntry
 
 
 def merge_patch(doc: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,8 +34,30 @@ def merge_patch(doc: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, A
 
 def patched(status: TrainingJobStatus, patch: Mapping[str, Any]) -> TrainingJobStatus:
     """The status after a merge patch, as the API server would store it for a TrainingJob."""
-    raw = status.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return TrainingJobStatus.model_validate(merge_patch(raw, patch))
+    return TrainingJobStatus.model_validate(merge_patch(whole(status), patch))
+
+
+def whole(status: TrainingJobStatus) -> dict[str, Any]:
+    """The status as a merge patch that sets every field it has."""
+    return status.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def gang_object(job: JobEntry) -> dict[str, Any]:
+    """The Gang that records `job` (a gang entry), owned by its owner: garbage collected with it."""
+    assert job.source is not None and job.spec is not None
+    kind = kind_of(job.source)
+    owner = {"apiVersion": kind.api_version, "kind": kind.kind, "name": owner_name(job.name), "uid": job.uid}
+    return {
+        "apiVersion": meta.API_VERSION,
+        "kind": "Gang",
+        "metadata": {
+            "name": job.name,
+            "namespace": job.namespace,
+            "labels": {meta.LABEL_QUEUE: job.spec.queue},
+            "ownerReferences": [{**owner, "controller": False, "blockOwnerDeletion": False}],
+        },
+        "spec": {"owner": owner, "queue": job.spec.queue, "workers": job.spec.workers.replicas},
+    }
 
 
 def restored(attempts: Sequence[int | None]) -> TrainingJobStatus:

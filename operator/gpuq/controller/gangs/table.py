@@ -39,10 +39,12 @@ class GangTable:
         # Node label -> topology level name (the scheduler config's levels): Kueue's topology
         # annotations name a node label.
         self.topology_labels: Mapping[str, str] = {}
-        # Gang key -> the status the operator keeps for it (gangs.record), once it wrote one; before
-        # that, the latest attempt its pods carry (pods bound by an earlier operator).
-        self.status: dict[str, TrainingJobStatus] = {}
+        # Gang key -> (owner uid, the status the operator keeps for it): what its Gang object says
+        # (gpuq.api.gang, watched) or the operator last wrote. Before either, the latest attempt its
+        # pods carry (pods bound by an operator that had no Gang to write to).
+        self.status: dict[str, tuple[str, TrainingJobStatus]] = {}
         self.attempts: dict[str, int] = {}
+        self.records: dict[str, str] = {}  # Gang objects seen (key -> uid): the informer's table
 
     def owner_by_gang(self, gang: str) -> OwnerEntry | None:
         ns, _, rest = gang.partition("/")
@@ -104,6 +106,12 @@ class GangTable:
             if not waiting:
                 self._waiting.pop(stray.owner.uid, None)
 
+    def status_of(self, owner: OwnerEntry) -> TrainingJobStatus:
+        kept = self.status.get(owner.gang)
+        if kept is not None and kept[0] == owner.uid:
+            return kept[1]
+        return restored([self.attempts.get(owner.gang)])
+
     def job_entry(self, owner: OwnerEntry) -> JobEntry:
         """The gang as the scheduler sees a job: the owner's demand as its spec, the status the
         operator keeps for it (gangs.record)."""
@@ -116,7 +124,7 @@ class GangTable:
             uid=owner.uid,
             created_at=parse_time(md.get("creationTimestamp")) or 0.0,
             spec=demand.spec,
-            status=self.status.get(owner.gang) or restored([self.attempts.get(owner.gang)]),
+            status=self.status_of(owner),
             generation=generation if isinstance(generation, int) else 0,
             error=f"{demand.error.code}: {demand.error.message}" if demand.error is not None else None,
             deleting=md.get("deletionTimestamp") is not None,
