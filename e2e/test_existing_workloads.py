@@ -245,3 +245,43 @@ def test_an_indexed_job_fails_over_to_healthy_nodes_as_attempt_two(
         wait_for(lambda: "NodeFailed" in job_events(gpuq, ns, job), 30, "NodeFailed Event on the Job")
     finally:
         cluster.recover_node(victim)
+
+
+def test_what_gpuq_cannot_run_gets_a_reason_and_an_event_and_no_pod_is_bound(
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    jobs: Callable[[dict[str, Any]], str],
+    custom: k8s.CustomObjectsApi,
+) -> None:
+    q = queue(64)
+    plain = indexed_job("plain", q, 2, 8, seconds=5)
+    del plain["spec"]["completionMode"]  # NonIndexed: no gang to run all or nothing
+    unsupported = jobs(plain)
+    orphan = jobs(indexed_job("orphan", "no-such-queue", 1, 8, seconds=5))
+    stray = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stray"},
+        "spec": {"schedulerName": "gpuq", "containers": [{"name": "c", "image": "x"}]},
+    }
+    gpuq.core.create_namespaced_pod(ns, stray)
+    try:
+        blocked = wait_for_gang(custom, ns, "job.plain", lambda s: s.get("reason") == "UnsupportedGang")
+        assert "Indexed" in blocked["message"]
+        wait_for(lambda: "UnsupportedGang" in job_events(gpuq, ns, unsupported), 30, "UnsupportedGang Event")
+        wait_for_gang(custom, ns, "job.orphan", lambda s: s.get("reason") == "QueueNotFound")
+        wait_for(
+            lambda: "QueueNotFound" in job_events(gpuq, ns, orphan), 30, "QueueNotFound Event on the Job"
+        )
+
+        def stray_told() -> bool:
+            events = gpuq.core.list_namespaced_event(ns, field_selector="involvedObject.name=stray").items
+            return any(e.reason == "NoOwner" and e.involved_object.kind == "Pod" for e in events)
+
+        wait_for(stray_told, 30, "NoOwner Event on the pod without an owner")
+        assert not bound(gpuq, ns, unsupported) and not bound(gpuq, ns, orphan)
+        assert gpuq.core.read_namespaced_pod("stray", ns).spec.node_name is None
+    finally:
+        gpuq.core.delete_namespaced_pod("stray", ns, grace_period_seconds=0)

@@ -299,3 +299,22 @@ def test_a_new_leader_takes_a_gangs_status_from_its_gang_object() -> None:
     }
     cache.apply("gang", "MODIFIED", stale)  # a Gang of an earlier Job of the same name
     assert cache.jobs[GANG].status.attempt == 0
+
+
+async def test_a_gang_gpuq_cannot_run_gets_its_gang_object_with_its_owners_queue() -> None:
+    cache = cluster()
+    cache.apply("owner:Job", "MODIFIED", job(rv="2", completions=3))  # completions != parallelism
+    gang = cache.jobs[GANG]
+    assert gang.spec is None and gang.error_reason == "UnsupportedGang"
+    fake = FakeApi()
+    gangs = f"/apis/gpuq.dev/v1alpha1/namespaces/{NS}/gangs"
+    fake.on("POST", gangs, Reply(201, {}))
+    fake.on("PATCH", f"{gangs}/job.llama/status", Reply(404, {"reason": "NotFound", "message": "gone"}))
+    async for server in serve(fake):
+        async with client(server) as api:
+            writer = Writer(api, cache, Metrics(), on_done=lambda: None, clock=lambda: b.T0)
+            await writer.patch_job_status(gang, {"phase": "Queued", "message": gang.error})
+    created = fake.requests("POST", gangs)[0].body
+    assert created["metadata"]["labels"] == {meta.LABEL_QUEUE: "team-a"}
+    assert created["spec"]["queue"] == "team-a" and created["spec"]["workers"] == 0
+    assert cache.jobs[GANG].status.message == gang.error  # kept in memory all the same

@@ -341,9 +341,10 @@ def _transition(
                 s,
                 phase=s.phase or Phase.QUEUED,
                 message=msg,
-                conditions=st.with_condition(s.conditions, st.BLOCKED, True, "Invalid", msg, now),
+                conditions=st.with_condition(s.conditions, st.BLOCKED, True, job.error_reason, msg, now),
             ),
-            (st.warning("InvalidSpec", msg),),
+            # A gang of another owner: the reason gpuq cannot run it (UnsupportedGang, InvalidGang...).
+            (st.warning("InvalidSpec" if job.source is None else job.error_reason, msg),),
         )
 
     spec = job.spec

@@ -100,6 +100,7 @@ class JobEntry:
     status: TrainingJobStatus
     generation: int = 0
     error: str | None = None  # spec does not parse
+    error_reason: str = "Invalid"  # the reason code of `error` (a gang's: why gpuq cannot run it)
     checkpoint: CheckpointReport | None = None  # from the job's own annotation
     checkpoint_error: str | None = None
     deleting: bool = False

@@ -618,7 +618,7 @@ class SnapshotBuilder:
         if hold is not None and finished_gang(job, cache.pods_of(job.key, job.uid)):
             return _Row(None)  # done, its status not yet written: it holds nothing and waits for nothing
         if job.spec is None:
-            reason: Exclusion | None = Exclusion("Invalid", job.error or "invalid spec")
+            reason: Exclusion | None = Exclusion(job.error_reason, job.error or "invalid spec")
         elif quarantined:
             reason = Exclusion(QUARANTINED, QUARANTINE_MESSAGE)
         else:

@@ -232,7 +232,9 @@ class Writer:
         try:
             if job.key not in self.cache.gangs.records:
                 try:
-                    await self.api.create(path, gang_record.gang_object(fresh))
+                    await self.api.create(
+                        path, gang_record.gang_object(fresh, self.cache.gangs.queue_of(job.key))
+                    )
                 except ApiError as exc:
                     if not exc.conflict:
                         raise

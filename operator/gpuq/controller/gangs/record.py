@@ -42,9 +42,10 @@ def whole(status: TrainingJobStatus) -> dict[str, Any]:
     return status.model_dump(by_alias=True, mode="json", exclude_none=True)
 
 
-def gang_object(job: JobEntry) -> dict[str, Any]:
-    """The Gang that records `job` (a gang entry), owned by its owner: garbage collected with it."""
-    assert job.source is not None and job.spec is not None
+def gang_object(job: JobEntry, queue: str) -> dict[str, Any]:
+    """The Gang that records `job` (a gang entry of queue `queue`, its owner's label: the entry has
+    no spec when gpuq cannot run it), owned by its owner: garbage collected with it."""
+    assert job.source is not None
     kind = kind_of(job.source)
     owner = {"apiVersion": kind.api_version, "kind": kind.kind, "name": owner_name(job.name), "uid": job.uid}
     return {
@@ -53,10 +54,10 @@ def gang_object(job: JobEntry) -> dict[str, Any]:
         "metadata": {
             "name": job.name,
             "namespace": job.namespace,
-            "labels": {meta.LABEL_QUEUE: job.spec.queue},
+            "labels": {meta.LABEL_QUEUE: queue} if queue else {},
             "ownerReferences": [{**owner, "controller": False, "blockOwnerDeletion": False}],
         },
-        "spec": {"owner": owner, "queue": job.spec.queue, "workers": job.spec.workers.replicas},
+        "spec": {"owner": owner, "queue": queue, "workers": job.spec.workers.replicas if job.spec else 0},
     }
 
 

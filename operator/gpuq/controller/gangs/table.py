@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuq.api import meta
 from gpuq.api.trainingjob import TrainingJobStatus
 from gpuq.controller.gangs.demand import mapping
 from gpuq.controller.gangs.owner import suspended_by_gpuq
@@ -53,6 +54,12 @@ class GangTable:
             if k.lower() == kind:
                 return table.get(f"{ns}/{name}")
         return None
+
+    def queue_of(self, gang: str) -> str:
+        """The queue label of a gang's owner ("" if unknown)."""
+        owner = self.owner_by_gang(gang)
+        labels = mapping(mapping(owner.body.get("metadata")).get("labels")) if owner is not None else {}
+        return str(labels.get(meta.LABEL_QUEUE, ""))
 
     def saw_attempt(self, gang: str, attempt: int) -> bool:
         """A pod of the gang carries `attempt`; True when that changes the gang's restored status."""
@@ -127,6 +134,7 @@ class GangTable:
             status=self.status_of(owner),
             generation=generation if isinstance(generation, int) else 0,
             error=f"{demand.error.code}: {demand.error.message}" if demand.error is not None else None,
+            error_reason=str(demand.error.code) if demand.error is not None else "Invalid",
             deleting=md.get("deletionTimestamp") is not None,
             source=owner.kind.kind,
             parked=demand.suspended and suspended_by_gpuq(md),
