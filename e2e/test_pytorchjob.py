@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+import test_existing_workloads as workloads
 import test_operator as shared
 from gpuq.api import meta
 from gpuq.controller.testing import GpuqClient, OperatorProcess
@@ -89,13 +90,15 @@ def pytorchjob(
     }
 
 
+JOB_NAME = "training.kubeflow.org/job-name"
+
+
 def job_pods(gpuq: GpuqClient, ns: str, name: str) -> list[Any]:
-    pods = gpuq.core.list_namespaced_pod(ns, label_selector=f"training.kubeflow.org/job-name={name}").items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
+    return workloads.job_pods(gpuq, ns, name, JOB_NAME)
 
 
 def bound(gpuq: GpuqClient, ns: str, name: str) -> list[Any]:
-    return [p for p in job_pods(gpuq, ns, name) if p.spec.node_name]
+    return workloads.bound(gpuq, ns, name, JOB_NAME)
 
 
 def conditions(custom: k8s.CustomObjectsApi, ns: str, name: str) -> dict[str, str]:
@@ -103,8 +106,9 @@ def conditions(custom: k8s.CustomObjectsApi, ns: str, name: str) -> dict[str, st
     return {c.get("type"): c.get("status") for c in (body.get("status") or {}).get("conditions") or []}
 
 
-def has_condition(custom: k8s.CustomObjectsApi, ns: str, name: str, type_: str) -> bool:
-    return type_ in conditions(custom, ns, name)
+def events_of(gpuq: GpuqClient, ns: str, name: str) -> set[str]:
+    events = gpuq.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return {e.reason for e in events if e.involved_object.kind == "PyTorchJob"}
 
 
 def condition(custom: k8s.CustomObjectsApi, ns: str, name: str, type_: str) -> bool:
@@ -144,9 +148,10 @@ def test_a_pytorchjob_is_bound_whole_preempted_by_suspension_and_succeeds_after(
     for p in bound(gpuq, ns, job):
         assert (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "1"
     gpuq.submit(ns, "urgent", q, 2, 8, priority=100, annotations={SIM_DURATION: "6s"})
-    # Suspended by gpuq: the training-operator deletes the pods and records it in a condition that
-    # stays (False) once gpuq lifts the suspension (kwok deletes pods at once: it may last a moment).
-    wait_for(lambda: has_condition(custom, ns, job, "Suspended"), 30, "the PyTorchJob suspended")
+    # Suspended by gpuq, its pods deleted by the training-operator, the suspension lifted once they
+    # are gone: kwok deletes pods at once, so all of it may take a fraction of a second, too short
+    # for the training-operator to record a Suspended condition. gpuq's Event on it says it.
+    wait_for(lambda: "Preempted" in events_of(gpuq, ns, job), 30, "the PyTorchJob preempted")
     phase(gpuq, operator, ns, "urgent", "Running", timeout=60)
     phase(gpuq, operator, ns, "urgent", "Succeeded", timeout=60)
     wait_for(lambda: len(bound(gpuq, ns, job)) == 3, 90, "the PyTorchJob bound again after the preemptor")
@@ -155,3 +160,31 @@ def test_a_pytorchjob_is_bound_whole_preempted_by_suspension_and_succeeds_after(
     wait_for(lambda: condition(custom, ns, job, "Succeeded"), 90, "the PyTorchJob Succeeded")
     final = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)
     assert meta.ANNOTATION_SUSPENDED_BY not in (final["metadata"].get("annotations") or {})
+
+
+def test_a_queue_mixing_the_three_kinds_keeps_its_quota(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    pytorchjobs: Callable[[dict[str, Any]], str],
+) -> None:
+    batch = k8s.BatchV1Api(cluster.api)
+    q = queue(24)
+    gpuq.submit(ns, "tj", q, 1, 8, annotations={SIM_DURATION: "12s"})
+    batch.create_namespaced_job(ns, workloads.indexed_job("ij", q, 1, 8, seconds=60))
+    try:
+        phase(gpuq, operator, ns, "tj", "Running")
+        wait_for(lambda: len(workloads.bound(gpuq, ns, "ij")) == 1, 60, "the Indexed Job bound")
+        job = pytorchjobs(pytorchjob("pt", q, 2, 8, seconds=5))
+        wait_for(lambda: len(job_pods(gpuq, ns, job)) == 2, 30, "the training-operator created the pods")
+        # 8 + 8 + 16 > 24: the PyTorchJob waits though nodes are free, until the TrainingJob ends.
+        assert workloads.stays_unbound(gpuq, ns, job, label=JOB_NAME)
+        phase(gpuq, operator, ns, "tj", "Succeeded", timeout=45)
+        wait_for(
+            lambda: len(bound(gpuq, ns, job)) == 2, 60, "the PyTorchJob bound once the TrainingJob ended"
+        )
+        assert len(workloads.bound(gpuq, ns, "ij")) == 1  # the Indexed Job ran on throughout
+    finally:
+        batch.delete_namespaced_job("ij", ns, propagation_policy="Background")
