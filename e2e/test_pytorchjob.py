@@ -59,14 +59,22 @@ def custom(cluster: E2ECluster) -> k8s.CustomObjectsApi:
 
 
 def pytorchjob(
-    name: str, queue: str, workers: int, gpus: int, seconds: int, priority: int = 0
+    name: str,
+    queue: str,
+    workers: int,
+    gpus: int,
+    seconds: int,
+    priority: int = 0,
+    restart: str = "OnFailure",
 ) -> dict[str, Any]:
-    """A PyTorchJob as a Kubeflow user writes it, plus the opt-in (queue label, schedulerName)."""
+    """A PyTorchJob as a Kubeflow user writes it, plus the opt-in (queue label, schedulerName).
+    With restartPolicy Never the training-operator fails the job when a pod is lost (a node
+    failure): OnFailure lets it make the pod again, and gpuq fail the gang over."""
 
     def replica(count: int) -> dict[str, Any]:
         return {
             "replicas": count,
-            "restartPolicy": "Never",
+            "restartPolicy": restart,
             "template": {
                 "metadata": {"annotations": {SIM_DURATION: f"{seconds}s"}},
                 "spec": {
@@ -188,3 +196,33 @@ def test_a_queue_mixing_the_three_kinds_keeps_its_quota(
         assert len(workloads.bound(gpuq, ns, "ij")) == 1  # the Indexed Job ran on throughout
     finally:
         batch.delete_namespaced_job("ij", ns, propagation_policy="Background")
+
+
+def test_a_pytorchjob_fails_over_to_healthy_nodes_as_attempt_two(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    pytorchjobs: Callable[[dict[str, Any]], str],
+) -> None:
+    if not cluster.can_fail_nodes:
+        pytest.skip("backend cannot fail nodes")
+    q = queue(64)
+    job = pytorchjobs(pytorchjob("ft", q, 2, cluster.gpus_per_node, seconds=300))
+    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the PyTorchJob's gang bound")
+    victim = bound(gpuq, ns, job)[0].spec.node_name
+    cluster.fail_node(victim)
+    try:
+
+        def attempt_two() -> bool:
+            pods = bound(gpuq, ns, job)
+            return len(pods) == 2 and all(
+                (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "2" for p in pods
+            )
+
+        wait_for(attempt_two, 90, "the gang bound again as attempt 2")
+        assert victim not in {p.spec.node_name for p in bound(gpuq, ns, job)}
+        wait_for(lambda: "NodeFailed" in events_of(gpuq, ns, job), 30, "NodeFailed Event on the PyTorchJob")
+    finally:
+        cluster.recover_node(victim)

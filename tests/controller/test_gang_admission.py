@@ -318,3 +318,27 @@ async def test_a_gang_gpuq_cannot_run_gets_its_gang_object_with_its_owners_queue
     assert created["metadata"]["labels"] == {meta.LABEL_QUEUE: "team-a"}
     assert created["spec"]["queue"] == "team-a" and created["spec"]["workers"] == 0
     assert cache.jobs[GANG].status.message == gang.error  # kept in memory all the same
+
+
+def test_a_gang_whose_owner_ended_is_recorded_finished_and_never_placed_again() -> None:
+    cache = cluster()
+    failed = job(rv="3")
+    failed["status"] = {
+        "conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]
+    }
+    cache.apply("owner:Job", "MODIFIED", failed)
+    gang = cache.jobs[GANG]
+    assert gang.ended == "Failed"
+    plan = lifecycle.observe(gang, [], b.T0, SchedulerConfig().failover)
+    assert plan.status["phase"] == Phase.FAILED and plan.events[0].reason == "Failed"
+    for i in range(2):  # its pods, made again before it failed, never make it a gang to place
+        cache.apply("pod", "ADDED", pod(i))
+    metrics = Metrics()
+    loop = SchedulingLoop(
+        cache, RecordingWriter(cache, metrics), SchedulerConfig(), metrics, schedule, lambda: b.T0
+    )
+    assert loop.cycle().admit == ()
+    done = job(rv="4")
+    done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    cache.apply("owner:Job", "MODIFIED", done)
+    assert cache.jobs[GANG].ended == "Succeeded"

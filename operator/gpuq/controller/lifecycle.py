@@ -327,10 +327,21 @@ def _succeeded_message(workers: int) -> str:
     return all_workers(workers, "succeeded")
 
 
+def _owner_ended(job: JobEntry, outcome: str, now: float) -> Plan:
+    """A gang of another owner whose controller ended it (a Job Complete or Failed, a PyTorchJob
+    Succeeded or Failed): its record says so; its pods are the controller's to clean up."""
+    msg = f"its {job.source} {outcome.lower()} (its controller says so)"
+    phase = Phase.SUCCEEDED if outcome == "Succeeded" else Phase.FAILED
+    status = st.patch(job.status, phase=phase, message=msg, finished_at=st.when(now))
+    return Plan(job.key, status, ((st.normal if phase is Phase.SUCCEEDED else st.warning)(outcome, msg),))
+
+
 def _transition(
     job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig, rec: Recording
 ) -> Plan:
     s = job.status
+    if job.ended is not None and s.phase not in FINISHED_PHASES:
+        return _owner_ended(job, job.ended, now)
     if job.spec is None:
         if st.is_true(s.conditions, st.BLOCKED) and s.message == job.error:
             return Plan(job.key)

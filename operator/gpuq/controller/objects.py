@@ -112,6 +112,8 @@ class JobEntry:
     # Its owner is suspended by gpuq (how a gang of another owner is evicted): resumed once its
     # workers are gone, so its controller makes the pods of the next admission.
     parked: bool = False
+    # Its owner's controller says it ended (Succeeded / Failed): it holds and waits for nothing.
+    ended: str | None = None
 
     @property
     def key(self) -> str:

@@ -609,8 +609,8 @@ class SnapshotBuilder:
         self, job: JobEntry, cache: ClusterCache, topo: Topology, evicting: bool, quarantined: bool
     ) -> _Row:
         """The first half of a job's part: whether it is kept out, holds a placement, must stop."""
-        if job.status.phase in FINISHED_PHASES:
-            return _Row(None)
+        if job.status.phase in FINISHED_PHASES or job.ended is not None:
+            return _Row(None)  # done, or its owner's controller ended it (its record follows)
         memo = self._memo(job, cache, topo, evicting)
         hold = memo.hold
         if job.deleting and hold is None:

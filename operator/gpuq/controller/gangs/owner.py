@@ -176,3 +176,14 @@ def gang_demand(
         return GangDemand(size, TrainingJobSpec.model_validate(spec), None, suspended)
     except ValidationError as exc:
         return GangDemand(size, None, GangError(GangCode.INVALID, _validation_message(exc)), suspended)
+
+
+def ended(body: Mapping[str, Any], outcomes: Mapping[str, str]) -> str | None:
+    """How the owner ended, by the first of its status conditions that is True and names an
+    outcome (`outcomes`: condition type -> Succeeded / Failed), or None while it runs."""
+    for cond in mapping(body.get("status")).get("conditions") or []:
+        cond = mapping(cond)
+        outcome = outcomes.get(str(cond.get("type", "")))
+        if outcome is not None and cond.get("status") == "True":
+            return outcome
+    return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpuq.controller.gangs import owner
 from gpuq.controller.gangs.demand import GangCode, GangDemand, mapping
 from gpuq.controller.gangs.owner import gang_demand
 from gpuq.controller.resources import QuantityError, pod_requests
@@ -101,6 +102,11 @@ def rank(pod: Mapping[str, Any], masters: int) -> int | None:
     if kind == "worker":
         return masters + int(index)
     return None
+
+
+def ended(body: Mapping[str, Any]) -> str | None:
+    """Succeeded or Failed once the owner's controller says it ended (its status conditions)."""
+    return owner.ended(body, {"Succeeded": "Succeeded", "Failed": "Failed"})
 
 
 def rank_in(pod: Mapping[str, Any], owner: Mapping[str, Any]) -> int | None:

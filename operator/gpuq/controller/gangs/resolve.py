@@ -27,12 +27,13 @@ class Kind:
     suspend: tuple[str, ...]  # the path of the owner's suspend field
     demand: Callable[[Mapping[str, Any], Mapping[str, str]], GangDemand]
     rank: Callable[[Mapping[str, Any], Mapping[str, Any]], int | None]  # (pod, owner body) -> rank
+    ended: Callable[[Mapping[str, Any]], str | None]  # owner body -> Succeeded / Failed, or None
 
 
 KINDS: dict[tuple[str, str], Kind] = {
     (k.api_version, k.kind): k
     for k in (
-        Kind(m.API_VERSION, m.KIND, m.PLURAL, m.SUSPEND, m.demand, m.rank_in)
+        Kind(m.API_VERSION, m.KIND, m.PLURAL, m.SUSPEND, m.demand, m.rank_in, m.ended)
         for m in (indexed_job, pytorchjob)
     )
 }

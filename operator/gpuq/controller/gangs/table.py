@@ -138,4 +138,5 @@ class GangTable:
             deleting=md.get("deletionTimestamp") is not None,
             source=owner.kind.kind,
             parked=demand.suspended and suspended_by_gpuq(md),
+            ended=owner.kind.ended(owner.body),
         )
