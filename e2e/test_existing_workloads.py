@@ -240,6 +240,9 @@ def test_an_indexed_job_fails_over_to_healthy_nodes_as_attempt_two(
         wait_for(attempt_two, 90, "the gang bound again as attempt 2")
         assert victim not in {p.spec.node_name for p in bound(gpuq, ns, job)}
         wait_for(lambda: "NodeFailed" in job_events(gpuq, ns, job), 30, "NodeFailed Event on the Job")
+        # Restarted by suspension: the pod on the healthy node was not a failure to the Job (only
+        # the lost one may be), so no pod-failure back-off held the new pods.
+        assert (batch.read_namespaced_job(job, ns).status.failed or 0) <= 1
     finally:
         cluster.recover_node(victim)
 

@@ -751,9 +751,16 @@ class SchedulingLoop:
         if "notBefore" in status:
             status["notBefore"] = format_time(max(r.not_before, now))
         force = failed | frozenset(r.failed_nodes)
-        fresh = await self._run_plan(
-            job, lifecycle.Plan(plan.job, status, plan.events, plan.delete_pods), force
-        )
+        # A gang of another owner restarts by suspending its owner, as it is evicted: its controller
+        # removes the pods on healthy nodes without counting failures (a Job's pod failure back-off
+        # would otherwise hold its new pods for minutes); gpuq deletes only those on failed nodes,
+        # whose kubelet cannot. Resumed once they are gone, it is re-placed from its queue.
+        park = job.source is not None and status.get("phase") == Phase.RECOVERING
+        on_failed = {p.key for p in pods if p.node_name in force}
+        delete = tuple(k for k in plan.delete_pods if k in on_failed) if park else plan.delete_pods
+        fresh = await self._run_plan(job, lifecycle.Plan(plan.job, status, plan.events, delete), force)
+        if park:
+            await self.writer.suspend_owner(fresh, True)
         log.warning(
             "gang restarted",
             job=job.key,
@@ -761,7 +768,7 @@ class SchedulingLoop:
             nodes=list(r.failed_nodes),
             restarts=fresh.status.restarts,
         )
-        if admit is not None and fresh.status.phase == Phase.RECOVERING:
+        if admit is not None and fresh.status.phase == Phase.RECOVERING and not park:
             await self.writer.admit(fresh, admit)
 
     # -- queues ------------------------------------------------------------------------------
