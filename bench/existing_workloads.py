@@ -55,14 +55,15 @@ class Figures:
     failover_fault: list[float] = field(default_factory=list)
 
 
-def template(seconds: int = 3600) -> dict[str, Any]:
+def template(container: str = "train", seconds: int = 3600) -> dict[str, Any]:
+    """A pod template of one GPU worker (the training-operator wants its container named pytorch)."""
     return {
         "metadata": {"annotations": {"gpuq.dev/sim-duration": f"{seconds}s"}},
         "spec": {
             "schedulerName": "gpuq",
             "containers": [
                 {
-                    "name": "train",
+                    "name": container,
                     "image": "trainer:1",
                     "resources": {"limits": {GPU_RESOURCE: str(GPUS)}},
                 }
@@ -116,7 +117,7 @@ def workloads(gpuq: GpuqClient, api: Any) -> list[Workload]:
 
     def pytorch(name: str) -> None:
         def replicas(n: int) -> dict[str, Any]:
-            return {"replicas": n, "restartPolicy": "OnFailure", "template": template()}
+            return {"replicas": n, "restartPolicy": "OnFailure", "template": template("pytorch")}
 
         body = {
             "apiVersion": "kubeflow.org/v1",
