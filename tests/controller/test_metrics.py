@@ -10,7 +10,7 @@ from test_loop_thread import RecordingWriter
 
 from gpuq.controller import bodies as b
 from gpuq.controller.cache import ClusterCache
-from gpuq.controller.loop import SchedulingLoop
+from gpuq.controller.loop import EXPLAIN_SECONDS, SchedulingLoop
 from gpuq.controller.metrics import (
     PREEMPTION_CONSOLIDATION,
     PREEMPTION_IN_QUEUE,
@@ -46,7 +46,11 @@ def requeued_status(at: float, reason: str = "Preempted") -> dict[str, Any]:
 # -- pending jobs through a real cycle --------------------------------------------------------
 
 
-def cycle_loop(jobs: list[dict[str, Any]]) -> tuple[SchedulingLoop, ClusterCache, Metrics]:
+def cycle_loop(
+    jobs: list[dict[str, Any]], now: list[float] | None = None
+) -> tuple[SchedulingLoop, ClusterCache, Metrics]:
+    """A loop over `jobs` whose clock reads now[0] (b.T0 + 60 unless given)."""
+    clock = now if now is not None else [b.T0 + 60]
     cache = ClusterCache()
     cache.replace("namespace", [b.namespace("team")], "1")
     cache.replace("node", [b.node("n0"), b.node("n1")], "1")
@@ -55,7 +59,7 @@ def cycle_loop(jobs: list[dict[str, Any]]) -> tuple[SchedulingLoop, ClusterCache
     cache.replace("pod", [], "1")
     metrics = Metrics()
     loop = SchedulingLoop(
-        cache, RecordingWriter(cache, metrics), SchedulerConfig(), metrics, clock=lambda: b.T0 + 60
+        cache, RecordingWriter(cache, metrics), SchedulerConfig(), metrics, clock=lambda: clock[0]
     )
     return loop, cache, metrics
 
@@ -66,7 +70,8 @@ def test_pending_jobs_are_counted_by_queue_and_the_reason_the_cycle_gives() -> N
         b.job("over-quota", ns="team", replicas=1, gpus=8),
         b.job("never", ns="team", replicas=4, gpus=8),  # 32 GPUs on a 16-GPU cluster: blocked
     ]
-    loop, cache, m = cycle_loop(jobs)
+    now = [b.T0 + 60]
+    loop, cache, m = cycle_loop(jobs, now)
     decisions = loop.cycle()
     assert [a.job for a in decisions.admit] == ["team/fits"]
     (pending,) = decisions.pending
@@ -79,8 +84,11 @@ def test_pending_jobs_are_counted_by_queue_and_the_reason_the_cycle_gives() -> N
     assert sample(m, "gpuq_queue_nominal_gpus", queue="idle", cohort="") == 4
     assert sample(m, "gpuq_oldest_pending_job_timestamp_seconds", queue="idle") is None
 
-    # The blocked job goes away: its label set reads 0 (not its last value); the other stays.
+    # The blocked job goes away: its label set reads 0 (not its last value); the other stays. The
+    # next cycle that explains says so: one past EXPLAIN_SECONDS always does (a cheap one may too,
+    # but how cheap depends on the machine's load).
     cache.delete_job(jobs[2])
+    now[0] += EXPLAIN_SECONDS
     loop.cycle()
     assert sample(m, "gpuq_pending_jobs", queue="q", reason=blocked) == 0
     assert sample(m, "gpuq_pending_jobs", queue="q", reason=pending.code) == 1
