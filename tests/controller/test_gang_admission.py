@@ -342,3 +342,19 @@ def test_a_gang_whose_owner_ended_is_recorded_finished_and_never_placed_again() 
     done["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
     cache.apply("owner:Job", "MODIFIED", done)
     assert cache.jobs[GANG].ended == "Succeeded"
+
+
+def test_a_gang_its_user_suspends_while_running_is_suspended_not_restarted() -> None:
+    cache = cluster()
+    running = {
+        "phase": "Running",
+        "attempt": 1,
+        "placement": [{"rank": 0, "node": "n1"}, {"rank": 1, "node": "n2"}],
+    }
+    cache.set_gang_status(GANG, cache.jobs[GANG].status.model_validate(running))
+    user = job(rv="2")
+    user["spec"]["suspend"] = True  # its controller deletes the pods at once
+    cache.apply("owner:Job", "MODIFIED", user)
+    plan = lifecycle.observe(cache.jobs[GANG], [], b.T0, SchedulerConfig().failover)
+    assert plan.status["phase"] == Phase.SUSPENDED and "restarts" not in plan.status
+    assert [e.reason for e in plan.events] == ["Suspended"]

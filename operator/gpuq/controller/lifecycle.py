@@ -395,6 +395,21 @@ def _transition(
         plan = fail_or_restart(job, pods, why, now, cfg, failed_nodes=bad_node)
         return Plan(plan.job, {**st.patch(s, **extra), **plan.status}, plan.events, plan.delete_pods)
     vanished = [r for r in range(spec.workers.replicas) if r not in by_rank or by_rank[r].deleting]
+    if vanished and spec.suspend and job.source is not None:
+        # Its user suspended its owner, whose controller deletes the pods itself: a stop, not a lost
+        # worker (gpuq's own eviction of a TrainingJob records Suspended before it deletes them).
+        msg = f"suspended: its {job.source} has its suspend field set; it holds no GPUs until that is lifted"
+        status = evict_status(
+            job,
+            Phase.SUSPENDED,
+            msg,
+            now,
+            cfg,
+            count_restart=False,
+            count_preemption=False,
+            reason="Suspended",
+        )
+        return Plan(job.key, {**st.patch(s, **extra), **status}, (*events, st.normal("Suspended", msg)))
     if vanished and s.phase == Phase.RUNNING:
         why = f"worker rank {vanished[0]} was deleted or evicted"
         plan = fail_or_restart(job, pods, why, now, cfg, event_reason="WorkerLost")
