@@ -375,11 +375,7 @@ class Writer:
         assert job.source is not None
         kind = gang_record.kind_of(job.source)
         name = gang_record.owner_name(job.name)
-        patch: dict[str, Any] = {kind.suspend[-1]: on}
-        for part in reversed(kind.suspend[:-1]):
-            patch = {part: patch}
-        marker = meta.SCHEDULER_NAME if on else None
-        patch["metadata"] = {"annotations": {meta.ANNOTATION_SUSPENDED_BY: marker}}
+        patch = gang_record.suspend_patch(kind, on, meta.SCHEDULER_NAME if on else None)
         try:
             answer = await self.api.merge_patch(f"{collection_path(kind, job.namespace)}/{name}", patch)
         except ApiError as exc:

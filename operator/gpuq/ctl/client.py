@@ -14,6 +14,7 @@ from kubernetes import config as k8s_config
 
 from gpuq.api import crd, meta
 from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map
+from gpuq.controller.gangs.record import suspend_patch
 from gpuq.controller.gangs.resolve import KINDS, collection_path
 from gpuq.core.config import SchedulerConfig
 
@@ -183,11 +184,7 @@ class Client:
             if exc.status == 404:
                 raise CtlError(f"{kind.kind.lower()} {namespace}/{name} not found") from None
             raise
-        patch: dict[str, Any] = {kind.suspend[-1]: suspend}
-        for part in reversed(kind.suspend[:-1]):
-            patch = {part: patch}
-        patch["metadata"] = {"annotations": {meta.ANNOTATION_SUSPENDED_BY: None}}
-        self._patch(path, patch)
+        self._patch(path, suspend_patch(kind, suspend, None))
         return f"{kind.kind} {namespace}/{name}"
 
     def patch_queue_spec(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:

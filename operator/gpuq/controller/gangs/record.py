@@ -69,6 +69,16 @@ def restored(attempts: Sequence[int | None]) -> TrainingJobStatus:
     return TrainingJobStatus(attempt=max(0, latest - 1))
 
 
+def suspend_patch(kind: Kind, on: bool, marker: str | None) -> dict[str, Any]:
+    """A merge patch setting the owner's suspend field to `on` and gpuq's marker to `marker`
+    (None: removed; a suspension without it is its user's)."""
+    patch: dict[str, Any] = {kind.suspend[-1]: on}
+    for part in reversed(kind.suspend[:-1]):
+        patch = {part: patch}
+    patch["metadata"] = {"annotations": {meta.ANNOTATION_SUSPENDED_BY: marker}}
+    return patch
+
+
 def kind_of(source: str) -> Kind:
     """The owner kind a gang entry's `source` names."""
     return next(k for k in KINDS.values() if k.kind == source)
