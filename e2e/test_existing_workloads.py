@@ -285,29 +285,3 @@ def test_what_gpuq_cannot_run_gets_a_reason_and_an_event_and_no_pod_is_bound(
         assert gpuq.core.read_namespaced_pod("stray", ns).spec.node_name is None
     finally:
         gpuq.core.delete_namespaced_pod("stray", ns, grace_period_seconds=0)
-
-
-def test_gpuq_stop_and_resume_suspend_and_resume_an_indexed_job(
-    cluster: E2ECluster,
-    gpuq: GpuqClient,
-    operator: OperatorProcess,
-    ns: str,
-    queue: Callable[..., str],
-    jobs: Callable[[dict[str, Any]], str],
-    batch: k8s.BatchV1Api,
-    custom: k8s.CustomObjectsApi,
-) -> None:
-    q = queue(16)
-    job = jobs(indexed_job("paused", q, 2, 8, seconds=300))
-    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job's gang bound")
-    out = ctl(cluster, "stop", f"{ns}/job.paused")
-    assert out.returncode == 0 and "Job" in out.stdout, out.stderr
-    body = batch.read_namespaced_job(job, ns)
-    assert body.spec.suspend and meta.ANNOTATION_SUSPENDED_BY not in (body.metadata.annotations or {})
-    wait_for_gang(custom, ns, "job.paused", lambda s: s.get("phase") == "Suspended")
-    assert stays_unbound(gpuq, ns, job)  # the user's suspension: gpuq does not lift it
-    out = ctl(cluster, "resume", f"{ns}/job.paused")
-    assert out.returncode == 0, out.stderr
-    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the gang bound again after resume")
-    bad = ctl(cluster, "stop", f"{ns}/jobset.x")
-    assert bad.returncode == 2 and "job.NAME or pytorchjob.NAME" in bad.stderr
