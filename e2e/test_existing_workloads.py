@@ -103,9 +103,42 @@ def bound(gpuq: GpuqClient, ns: str, name: str, label: str = JOB_NAME) -> list[A
     return [p for p in job_pods(gpuq, ns, name, label) if p.spec.node_name]
 
 
-def job_events(gpuq: GpuqClient, ns: str, name: str) -> set[str]:
+def owner_events(gpuq: GpuqClient, ns: str, name: str, kind: str) -> set[str]:
+    """Reasons of the Events on the owner `kind`/`name` (gpuq posts a gang's there)."""
     events = gpuq.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
-    return {e.reason for e in events if e.involved_object.kind == "Job"}
+    return {e.reason for e in events if e.involved_object.kind == kind}
+
+
+def job_events(gpuq: GpuqClient, ns: str, name: str) -> set[str]:
+    return owner_events(gpuq, ns, name, "Job")
+
+
+def attempt_of(pod: Any) -> str | None:
+    """The attempt gpuq wrote with the pod's binding."""
+    return (pod.metadata.annotations or {}).get(meta.LABEL_ATTEMPT)
+
+
+def fails_over(
+    cluster: E2ECluster, gpuq: GpuqClient, ns: str, name: str, kind: str, label: str = JOB_NAME
+) -> None:
+    """Fail a node under the bound 2-worker gang of the owner `kind`/`name`: the gang is bound again
+    as attempt 2 on other nodes, and the owner gets NodeFailed."""
+    wait_for(lambda: len(bound(gpuq, ns, name, label)) == 2, 60, f"the {kind}'s gang bound")
+    victim = bound(gpuq, ns, name, label)[0].spec.node_name
+    cluster.fail_node(victim)
+    try:
+
+        def attempt_two() -> bool:
+            pods = bound(gpuq, ns, name, label)
+            return len(pods) == 2 and all(attempt_of(p) == "2" for p in pods)
+
+        wait_for(attempt_two, 90, "the gang bound again as attempt 2")
+        assert victim not in {p.spec.node_name for p in bound(gpuq, ns, name, label)}
+        wait_for(
+            lambda: "NodeFailed" in owner_events(gpuq, ns, name, kind), 30, f"NodeFailed Event on the {kind}"
+        )
+    finally:
+        cluster.recover_node(victim)
 
 
 @pytest.fixture
@@ -147,7 +180,7 @@ def test_an_indexed_job_runs_as_a_gang_and_the_next_waits_for_its_quota(
     first = jobs(indexed_job("first", q, 2, 8, seconds=12))
     wait_for(lambda: len(bound(gpuq, ns, first)) == 2, 60, "both workers of the first Job bound")
     for p in bound(gpuq, ns, first):
-        assert (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "1"  # written by the binding
+        assert attempt_of(p) == "1"  # written by the binding
     wait_for(lambda: "Admitted" in job_events(gpuq, ns, first), 30, "Admitted Event on the Job")
     running = wait_for_gang(custom, ns, "job.first", lambda s: s.get("phase") == "Running")
     assert running["attempt"] == 1 and sorted(p["rank"] for p in running["placement"]) == [0, 1]
@@ -226,25 +259,10 @@ def test_an_indexed_job_fails_over_to_healthy_nodes_as_attempt_two(
         pytest.skip("backend cannot fail nodes")
     q = queue(64)
     job = jobs(indexed_job("ft", q, 2, cluster.gpus_per_node, seconds=300))
-    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job's gang bound")
-    victim = bound(gpuq, ns, job)[0].spec.node_name
-    cluster.fail_node(victim)
-    try:
-
-        def attempt_two() -> bool:
-            pods = bound(gpuq, ns, job)
-            return len(pods) == 2 and all(
-                (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "2" for p in pods
-            )
-
-        wait_for(attempt_two, 90, "the gang bound again as attempt 2")
-        assert victim not in {p.spec.node_name for p in bound(gpuq, ns, job)}
-        wait_for(lambda: "NodeFailed" in job_events(gpuq, ns, job), 30, "NodeFailed Event on the Job")
-        # Restarted by suspension: the pod on the healthy node was not a failure to the Job (only
-        # the lost one may be), so no pod-failure back-off held the new pods.
-        assert (batch.read_namespaced_job(job, ns).status.failed or 0) <= 1
-    finally:
-        cluster.recover_node(victim)
+    fails_over(cluster, gpuq, ns, job, "Job")
+    # Restarted by suspension: the pod on the healthy node was not a failure to the Job (only the
+    # lost one may be), so no pod-failure back-off held the new pods.
+    assert (batch.read_namespaced_job(job, ns).status.failed or 0) <= 1
 
 
 def test_what_gpuq_cannot_run_gets_a_reason_and_an_event_and_no_pod_is_bound(

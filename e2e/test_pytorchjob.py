@@ -115,8 +115,7 @@ def conditions(custom: k8s.CustomObjectsApi, ns: str, name: str) -> dict[str, st
 
 
 def events_of(gpuq: GpuqClient, ns: str, name: str) -> set[str]:
-    events = gpuq.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
-    return {e.reason for e in events if e.involved_object.kind == "PyTorchJob"}
+    return workloads.owner_events(gpuq, ns, name, "PyTorchJob")
 
 
 def condition(custom: k8s.CustomObjectsApi, ns: str, name: str, type_: str) -> bool:
@@ -154,7 +153,7 @@ def test_a_pytorchjob_is_bound_whole_preempted_by_suspension_and_succeeds_after(
     ranks = {p.metadata.labels["training.kubeflow.org/replica-type"] for p in bound(gpuq, ns, job)}
     assert ranks == {"master", "worker"}
     for p in bound(gpuq, ns, job):
-        assert (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "1"
+        assert workloads.attempt_of(p) == "1"
     gpuq.submit(ns, "urgent", q, 2, 8, priority=100, annotations={SIM_DURATION: "6s"})
     # Suspended by gpuq, its pods deleted by the training-operator, the suspension lifted once they
     # are gone: kwok deletes pods at once, so all of it may take a fraction of a second, too short
@@ -164,7 +163,7 @@ def test_a_pytorchjob_is_bound_whole_preempted_by_suspension_and_succeeds_after(
     phase(gpuq, operator, ns, "urgent", "Succeeded", timeout=60)
     wait_for(lambda: len(bound(gpuq, ns, job)) == 3, 90, "the PyTorchJob bound again after the preemptor")
     for p in bound(gpuq, ns, job):
-        assert (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "2"
+        assert workloads.attempt_of(p) == "2"
     wait_for(lambda: condition(custom, ns, job, "Succeeded"), 90, "the PyTorchJob Succeeded")
     final = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, job)
     assert meta.ANNOTATION_SUSPENDED_BY not in (final["metadata"].get("annotations") or {})
@@ -210,19 +209,4 @@ def test_a_pytorchjob_fails_over_to_healthy_nodes_as_attempt_two(
         pytest.skip("backend cannot fail nodes")
     q = queue(64)
     job = pytorchjobs(pytorchjob("ft", q, 2, cluster.gpus_per_node, seconds=300))
-    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the PyTorchJob's gang bound")
-    victim = bound(gpuq, ns, job)[0].spec.node_name
-    cluster.fail_node(victim)
-    try:
-
-        def attempt_two() -> bool:
-            pods = bound(gpuq, ns, job)
-            return len(pods) == 2 and all(
-                (p.metadata.annotations or {}).get(meta.LABEL_ATTEMPT) == "2" for p in pods
-            )
-
-        wait_for(attempt_two, 90, "the gang bound again as attempt 2")
-        assert victim not in {p.spec.node_name for p in bound(gpuq, ns, job)}
-        wait_for(lambda: "NodeFailed" in events_of(gpuq, ns, job), 30, "NodeFailed Event on the PyTorchJob")
-    finally:
-        cluster.recover_node(victim)
+    workloads.fails_over(cluster, gpuq, ns, job, "PyTorchJob", JOB_NAME)

@@ -10,7 +10,7 @@ binding): without the Gang CRD, or before the first write, the status is rebuilt
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from gpuq.api import meta
@@ -61,12 +61,11 @@ def gang_object(job: JobEntry, queue: str) -> dict[str, Any]:
     }
 
 
-def restored(attempts: Sequence[int | None]) -> TrainingJobStatus:
-    """The status of a gang first seen with pods bound by an earlier operator: the attempt before
-    the latest one they carry, so that the latest is found as a gang whose status is still to be
-    written (and the lifecycle writes it)."""
-    latest = max((a for a in attempts if a is not None), default=0)
-    return TrainingJobStatus(attempt=max(0, latest - 1))
+def restored(latest: int | None) -> TrainingJobStatus:
+    """The status of a gang first seen with pods bound by an earlier operator (the latest attempt
+    they carry): the attempt before it, so that the latest is found as a gang whose status is still
+    to be written (and the lifecycle writes it)."""
+    return TrainingJobStatus(attempt=max(0, (latest or 0) - 1))
 
 
 def suspend_patch(kind: Kind, on: bool, marker: str | None) -> dict[str, Any]:

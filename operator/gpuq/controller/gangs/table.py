@@ -117,7 +117,7 @@ class GangTable:
         kept = self.status.get(owner.gang)
         if kept is not None and kept[0] == owner.uid:
             return kept[1]
-        return restored([self.attempts.get(owner.gang)])
+        return restored(self.attempts.get(owner.gang))
 
     def job_entry(self, owner: OwnerEntry) -> JobEntry:
         """The gang as the scheduler sees a job: the owner's demand as its spec, the status the
