@@ -288,8 +288,8 @@ def unrecorded_gang(job: JobEntry, cache: ClusterCache) -> tuple[str, ...] | Non
 def gang_shortfall(job: JobEntry, cache: ClusterCache) -> Exclusion | None:
     """Why a gang gpuq did not create cannot be admitted yet: not every rank has exactly one pod,
     made by its owner's controller, waiting to be bound (no pod of it is bound until all are)."""
-    if job.source is None or job.spec is None:
-        return None
+    if job.source is None or job.spec is None or job.spec.suspend:
+        return None  # a gang its user suspended has no pods by design: it waits Suspended (_stop)
     replicas = job.spec.workers.replicas
     pods = cache.unclaimed_of(job.key, job.uid)
     counts = Counter(p.rank for p in pods if p.live and not p.deleting and p.rank is not None)
