@@ -94,12 +94,11 @@ class ClusterCache:
         # Jobs whose object or pods changed since the loop last took them: the lifecycle, a pure
         # function of a job and its pods, needs to look at no other job.
         self.touched: set[str] = set()
-        # Bound pods per node, and the nodes whose bound pods changed since the snapshot builder
-        # last took them (it re-sums other schedulers' usage only there).
+        # Bound pods per node (the snapshot builder re-sums other schedulers' usage only on nodes
+        # whose entry or bound pods changed: watch_nodes).
         self.pods_by_node: dict[str, set[str]] = {}
         self._job_sinks: list[set[str]] = []  # one set per reader of changed jobs (watch_jobs)
         self._node_sinks: list[set[str]] = []  # one set per reader of touched nodes (watch_nodes)
-        self.touched_nodes: set[str] = self.watch_nodes()
         self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
         self._uid: dict[tuple[str, str], str] = {}
         # uids of deleted objects: the response to our own write can arrive after the DELETED event
@@ -210,7 +209,13 @@ class ClusterCache:
             table[key] = entry
             if kind == "job":
                 self._touch(key)
+            elif kind == "node":
+                self._tell_node_sinks(key)
             self._changed()
+
+    def _tell_node_sinks(self, node: str) -> None:
+        for sink in self._node_sinks:
+            sink.add(node)
 
     def _touch(self, job: str) -> None:
         self.touched.add(job)
@@ -230,13 +235,9 @@ class ClusterCache:
     def unwatch_jobs(self, sink: set[str]) -> None:
         self._job_sinks = [s for s in self._job_sinks if s is not sink]
 
-    def take_touched_nodes(self) -> set[str]:
-        out = set(self.touched_nodes)
-        self.touched_nodes.clear()
-        return out
-
     def watch_nodes(self) -> set[str]:
-        """A set that from now on collects every node whose bound pods change; the caller drains it."""
+        """A set that from now on collects every node whose entry or bound pods change (or that is
+        deleted); the caller drains it."""
         sink: set[str] = set()
         self._node_sinks.append(sink)
         return sink
@@ -271,6 +272,7 @@ class ClusterCache:
     def delete_node(self, body: Mapping[str, Any]) -> None:
         name = _meta(body)["name"]
         if self._forget_object("node", name, body) and self.nodes.pop(name, None) is not None:
+            self._tell_node_sinks(name)
             self._changed()
 
     def upsert_queue(self, body: Mapping[str, Any]) -> None:
