@@ -213,6 +213,7 @@ async def child(shape: Shape, cycles: int, profile: int = 0) -> dict[str, Any]:
     n_pods = len(objects["pod"])
     del objects
     gc.collect()
+    gc.freeze()  # as the operator does once its first lists are in (gpuq.controller.operator)
     now = b.T0 + 1000
     loop, writer = _loop(cache, lambda: now, shape, queues)
     t0 = time.perf_counter()
@@ -302,8 +303,9 @@ async def cold_start(shape: Shape) -> dict[str, Any]:
     cache = ClusterCache()
     for kind in ("namespace", "node", "queue", "job", "pod"):
         cache.replace(kind, json.loads(lists[kind]), "1")
-    listed = time.perf_counter() - t0
     del lists
+    gc.freeze()  # as the operator does once its first lists are in
+    listed = time.perf_counter() - t0
     loop, _ = _loop(cache, lambda: b.T0 + 1000, shape, queues)
     t1 = time.perf_counter()
     loop.cycle()
@@ -353,8 +355,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         from gpuq import logs
+        from gpuq.controller.cache import GC_THRESHOLDS
 
         logs.configure("ERROR")
+        gc.set_threshold(*GC_THRESHOLDS)  # the operator's collector settings (run_operator)
         work = cold_start(_shape(args)) if args.cold else child(_shape(args), args.cycles, args.profile)
         sys.stdout.write(json.dumps(asyncio.run(work)) + "\n")
         return 0

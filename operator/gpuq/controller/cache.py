@@ -33,6 +33,12 @@ from gpuq.controller.objects import (
 from gpuq.controller.record import ADMITTED_STATUS_DELAY, status_delay
 
 TOMBSTONES = 100_000  # remembered deletions (uids); far more than can race in flight
+# Python's collector scans young objects every 700 allocations and, now and then, everything the
+# cache holds: with 15,000 jobs that was a fifth of each scheduling cycle (bench/kueue_perf.py).
+# What the cache holds is freed by reference counting (it makes no cycles), so the operator runs
+# the collector less often (gc.set_threshold) and freezes the first full list out of its scans
+# (gc.freeze): gpuq.controller.operator, and bench/scale.py as the operator does.
+GC_THRESHOLDS = (50_000, 20, 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,9 @@ class ClusterCache:
         self.assumed: dict[str, Assumed] = {}
         self.deleted_jobs: dict[str, str] = {}  # uid -> key of jobs seen deleted whose pods may linger
         self._pods_by_job: dict[str, set[str]] = {}
+        # Each job's pods in key order, made when first asked after they changed (_touch): a cycle
+        # asks for them several times per job (snapshot, lifecycle, writer).
+        self._ordered_pods: dict[str, list[PodEntry]] = {}
         # Jobs whose object or pods changed since the loop last took them: the lifecycle, a pure
         # function of a job and its pods, needs to look at no other job.
         self.touched: set[str] = set()
@@ -220,6 +229,7 @@ class ClusterCache:
             sink.add(node)
 
     def _touch(self, job: str) -> None:
+        self._ordered_pods.pop(job, None)
         self.touched.add(job)
         self._tell_job_sinks(job)
 
@@ -482,7 +492,12 @@ class ClusterCache:
         return [p for p in self._all_pods_of(job, uid) if p.unclaimed]
 
     def _all_pods_of(self, job: str, uid: str | None) -> list[PodEntry]:
-        pods = (self.pods[k] for k in sorted(self._pods_by_job.get(job, ())) if k in self.pods)
+        pods = self._ordered_pods.get(job)
+        if pods is None:
+            keys = sorted(self._pods_by_job.get(job, ()))
+            pods = [self.pods[k] for k in keys if k in self.pods]
+            if pods:  # none: nothing kept (a deleted job's key is asked about for a while)
+                self._ordered_pods[job] = pods
         return [p for p in pods if uid is None or p.owner_uid in (uid, None)]
 
     def orphans(self) -> list[PodEntry]:
