@@ -165,6 +165,7 @@ class SchedulingLoop:
         self._timer_at: float | None = None
         self._refreshed_at: dict[str, float] = {}
         self._blocked_again: set[str] = set()  # jobs kept out whose status write waits for a slot
+        self._queues_seen: dict[str, tuple[Any, ...]] = {}  # what each queue's last status was made of
         # Last cycle's classification of each pending job's status (intents.pending_change), kept
         # while the job's entry and the core's decision about it are the same: most waiting jobs
         # change neither from one cycle to the next.
@@ -812,24 +813,28 @@ class SchedulingLoop:
 
     # -- queues ------------------------------------------------------------------------------
     def _publish_queues(self, d: Decisions, view: View, now: float, explained: bool) -> None:
-        # The builder's per-queue counts (kept as jobs change), with this cycle's admissions moved.
-        pending: dict[str, int] = {}
-        admitted: dict[str, int] = {}
-        for (queue, kind), n in view.tally.items():
-            target = admitted if kind == "running" else pending
-            target[queue] = target.get(queue, 0) + n
-        for a in d.admit:
-            counted = self.builder.tallied(a.job)
-            if counted is not None and counted[1] == "waiting":
-                pending[counted[0]] -= 1
-                admitted[counted[0]] = admitted.get(counted[0], 0) + 1
+        pending, admitted = self._queue_counts(d, view)
         if explained:  # the pending gauges hold the last explained cycle's figures in between
             self._pending_figures = pending_figures(d.pending, view.excluded, self.cache.jobs)
         self.metrics.publish_figures(queue_figures(self.cache.queues, d, admitted), *self._pending_figures)
         cores = {q.name: q for q in view.snapshot.queues}
         over = queuehealth.over_quotas(cores, d.queue_usage)
+        recent = self.preemption_log.counts(now)
         for name, q in self.cache.queues.items():
             used, borrowed = d.queue_usage.get(name, 0), d.queue_borrowed.get(name, 0)
+            # Between explaining cycles only the queues whose own figures changed: a cohort-mate's
+            # usage (cannot_admit) and preemptions ageing out wait for the next (a bounded rate).
+            seen = (
+                q,
+                used,
+                borrowed,
+                pending.get(name, 0),
+                admitted.get(name, 0),
+                over.get(name),
+                recent.get(name),
+            )
+            if not explained and self._queues_seen.get(name) == seen:
+                continue
             conditions = _queue_conditions(q, cores, over, now)
             patch = st.patch(
                 q.status,
@@ -841,6 +846,27 @@ class SchedulingLoop:
                 recent_preemptions=[st.when(t) for t in self.preemption_log.times(name, now)],
             )
             key = f"gpuqueue/{name}"
-            if patch and key not in self.writer.busy:
+            if patch and key in self.writer.busy:
+                self._queues_seen.pop(name, None)  # look again next cycle
+                continue
+            self._queues_seen[name] = seen
+            if patch:
                 events = st.queue_warnings(q.status.conditions, conditions) if "conditions" in patch else ()
                 self.writer.submit(key, partial(self._patch_queue, q, patch, events), minor=True)
+        for name in [n for n in self._queues_seen if n not in self.cache.queues] if explained else ():
+            del self._queues_seen[name]
+
+    def _queue_counts(self, d: Decisions, view: View) -> tuple[dict[str, int], dict[str, int]]:
+        """Jobs waiting (or kept out) and admitted per queue: the builder's counts (kept as jobs
+        change), with this cycle's admissions moved from the first to the second."""
+        pending: dict[str, int] = {}
+        admitted: dict[str, int] = {}
+        for (queue, kind), n in view.tally.items():
+            target = admitted if kind == "running" else pending
+            target[queue] = target.get(queue, 0) + n
+        for a in d.admit:
+            counted = self.builder.tallied(a.job)
+            if counted is not None and counted[1] == "waiting":
+                pending[counted[0]] -= 1
+                admitted[counted[0]] = admitted.get(counted[0], 0) + 1
+        return pending, admitted
