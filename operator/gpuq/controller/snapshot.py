@@ -410,6 +410,21 @@ class _Kept:
     nodes: NodeSide = field(default_factory=NodeSide)
     sized: tuple[int, int, bool] | None = None
     snapshot: Snapshot | None = None
+    copies: dict[str, dict[str, Any]] = field(default_factory=dict)  # what views were given
+
+    def put(self, table: str, key: str, value: Any) -> None:
+        """Set the job's entry in one of the view's tables (None: drop it)."""
+        t: dict[str, Any] = getattr(self, table)
+        if t.get(key) != value:
+            _put(t, key, value)
+            self.copies.pop(table, None)
+
+    def shown(self, table: str) -> dict[str, Any]:
+        """A copy of the table for a view, made again only after it changed (views outlive builds)."""
+        copy = self.copies.get(table)
+        if copy is None:
+            copy = self.copies[table] = dict(getattr(self, table))
+        return copy
 
     def set_job(self, key: str, job: Job | None, delta: list[Job], removed: list[str]) -> None:
         """The job's Job in the snapshot (None: not in it), noting the change for the core."""
@@ -640,11 +655,11 @@ class SnapshotBuilder:
         wake = _earliest([k.nodes.wake_at(), min(k.wakes.values(), default=None)])
         view = View(
             snapshot,
-            dict(k.excluded),
-            dict(k.held),
+            k.shown("excluded"),
+            k.shown("held"),
             wake,
-            dict(k.stopping),
-            dict(k.blocked),
+            k.shown("stopping"),
+            k.shown("blocked"),
             delta=delta,
             changed=frozenset(changed) if base is not None else None,
             suspects=tuple(k.nodes.suspects[n] for n in sorted(k.nodes.suspects)),
@@ -669,13 +684,13 @@ class SnapshotBuilder:
             k.rows.pop(key, None)
         else:
             k.rows[key] = row
-        _put(k.excluded, key, row.excluded if row is not None and row.memo is not None else None)
-        _put(k.blocked, key, row.blocked if candidate and row is not None else None)
+        k.put("excluded", key, row.excluded if row is not None and row.memo is not None else None)
+        k.put("blocked", key, row.blocked if candidate and row is not None else None)
         hold = row.memo.hold if candidate and row is not None and row.memo is not None else None
-        _put(k.stopping, key, row.stopping if hold is not None and row is not None and row.stopping else None)
-        old = k.held.get(key)
-        if old != hold:
-            _put(k.held, key, hold)
+        k.put(
+            "stopping", key, row.stopping if hold is not None and row is not None and row.stopping else None
+        )
+        k.put("held", key, hold)
         uid = job.uid if job is not None else ""
         k.nodes.hold(
             key,
@@ -706,7 +721,7 @@ class SnapshotBuilder:
                 self._size_row(cache.jobs[key], row, sized, now)
                 if row.until != float("inf"):
                     heapq.heappush(k.expiring, (row.until, key))
-            _put(k.excluded, key, row.too_big)
+            k.put("excluded", key, row.too_big)
             if row.too_big is None:
                 job = row.memo.job if row.memo is not None else None
             _put(k.wakes, key, row.wake if job is not None else None)
