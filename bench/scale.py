@@ -313,6 +313,31 @@ async def cold_start(shape: Shape) -> dict[str, Any]:
     return {"listed_s": listed, "first_cycle_s": done - t1, "total_s": done - t0, "rss_peak_mib": rss_mib()}
 
 
+def pod_cost(pods: int) -> dict[str, Any]:
+    """What one pod costs the cache: `pods` pods (a tenth of them gpuq's workers) listed as JSON,
+    decoded and replayed, the list dropped; tracemalloc's count of what stays, per pod, by line."""
+    import tracemalloc
+
+    from gpuq.controller.cache import ClusterCache
+
+    objects = build_bodies(Shape(nodes=max(1, pods // 10), pods=pods))
+    cache = ClusterCache()
+    for kind in ("namespace", "node", "queue", "job"):
+        cache.replace(kind, objects[kind], "1")
+    listed, n = json.dumps(objects["pod"]).encode(), len(objects["pod"])
+    del objects
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    items = json.loads(listed)
+    cache.replace("pod", items, "1")
+    del items
+    gc.collect()
+    diff = tracemalloc.take_snapshot().compare_to(before, "lineno")
+    top = [(str(d.traceback), d.size_diff / n) for d in diff[:8]]
+    return {"pods": n, "bytes": sum(d.size_diff for d in diff) / n, "top": top}
+
+
 def _run_child(args: argparse.Namespace, *extra: str) -> dict[str, Any] | None:
     shape = [f"--{k.replace('_', '-')}={v}" for k, v in asdict(_shape(args)).items() if v is not None]
     env = {**os.environ, **({"GPUQ_VERIFY_SNAPSHOT": "1"} if args.verify else {})}
@@ -350,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-cold-start", action="store_true", help="skip the cold start's child")
     ap.add_argument("--verify", action="store_true", help="debug mode: every cycle checked (slow)")
     ap.add_argument("--profile", type=int, default=0, help="cProfile this many incremental cycles")
+    ap.add_argument("--pod-cost", type=int, default=0, help="only measure what N cached pods cost")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -361,6 +387,12 @@ def main(argv: list[str] | None = None) -> int:
         gc.set_threshold(*GC_THRESHOLDS)  # the operator's collector settings (run_operator)
         work = cold_start(_shape(args)) if args.cold else child(_shape(args), args.cycles, args.profile)
         sys.stdout.write(json.dumps(asyncio.run(work)) + "\n")
+        return 0
+    if args.pod_cost:
+        c = pod_cost(args.pod_cost)
+        print(f"{c['pods']:,} pods listed as JSON and replayed: the cache keeps {c['bytes']:.0f} bytes a pod")
+        for where, size in c["top"]:
+            print(f"  {size:6.0f} B/pod  {where}")
         return 0
     given = argv if argv is not None else sys.argv[1:]
     cmd = ".venv/bin/python " + ("bench/scale.py " + shlex.join(given)).rstrip()
