@@ -115,10 +115,11 @@ class JobEntry:
     parked: bool = False
     # Its owner's controller says it ended (Succeeded / Failed): it holds and waits for nothing.
     ended: str | None = None
+    # "namespace/name", made once (a cycle asks for it many times a job).
+    key: str = field(default="", compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
 
 
 def queued_since(job: JobEntry) -> float:

@@ -640,7 +640,7 @@ class SnapshotBuilder:
             changed.add(heapq.heappop(k.expiring)[1])
         job_delta: list[Job] = []
         removed: list[str] = []
-        for key in changed:
+        for key in sorted(changed):  # in key order: new keys append to k.order
             self._second_half(key, cache, sized, now, job_delta, removed)
         snapshot = Snapshot(
             topology=topo,

@@ -190,7 +190,7 @@ class NodeSide:
                 self.others[name] = usage
         changed: list[Node] = []
         came_or_went = False
-        for name in dirty | self.timed:
+        for name in sorted(dirty | self.timed):  # in name order: new names append to self.order
             entry = cache.nodes.get(name)
             if entry is None:
                 if name in self.nodes:
