@@ -625,12 +625,15 @@ class SnapshotBuilder:
         base = self._kept.snapshot
         if changed is None:
             base, self._kept = None, _Kept()
-            changed = set(cache.jobs) | self._kept.tally.keys()
+            changed = set(cache.jobs)
+            self._gone.update(key for key in (*self._derived, *self._jobs) if key not in cache.jobs)
             self._touched_nodes.update(cache.nodes, cache.pods_by_node)
         k = self._kept
         self._gone |= {key for key in changed if key not in cache.jobs}
         for key in changed:
             self._first_half(key, cache, topo, key in evicting, key in out)
+        if base is None:
+            k.nodes.dirty_jobs.clear()  # every node is looked at: no need to find the placements' nodes
         node_delta, came_or_went = k.nodes.update(cache, self._touched_nodes, now, config)
         sized = k.nodes.sized()
         if sized != k.sized:
