@@ -169,9 +169,12 @@ def queue_objects(
 
 
 def plural(kind: str) -> str:
-    """The resource name of a Kueue kind (Topology -> topologies)."""
+    """The resource name of a Kueue kind (Topology -> topologies, WorkloadPriorityClass ->
+    workloadpriorityclasses)."""
     lower = kind.lower()
-    return lower[:-1] + "ies" if lower.endswith("y") else lower + "s"
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    return lower + ("es" if lower.endswith("s") else "s")
 
 
 def indexed_job(

@@ -1,0 +1,528 @@
+"""A slice of a real trace replayed on a real API server, once per scheduler, and through the
+simulator beside it (issue 32; docs/simulator.md, "Replay"):
+
+  gpuq            TrainingJobs, the operator as deployed (two replicas, leader election)
+  kueue           Kueue v0.17.0's full manager as its users run it for training: TAS (a Topology of
+                  the cluster's block / rack / node labels, a ResourceFlavor over the GPU nodes),
+                  ClusterQueues and LocalQueues mirroring the GPUQueues (cohort, quota, preemption),
+                  WorkloadPriorityClasses, waitForPodsReady; batch/v1 Indexed Jobs with the
+                  podset-preferred-topology annotation at rack level for gangs
+  kube-scheduler  the same Indexed Jobs without Kueue: no queueing, no gangs
+
+Each side gets a freshly started local cluster of the same shape (kwok GPU nodes; a pod runs for its
+job's compressed duration, `gpuq.dev/sim-duration`). Everything is measured from the API server
+alone, the same way for each side (gpuq.peers.replay_tracker: creation, each run of all workers
+started, the finish), and turned into the simulator's figures (gpuq.peers.replay_figures). The same
+slice then runs through `gpuq simulate` for the gpuq and kueue-tas policies, with the costs the
+replay has (no slowdown, no checkpoints, no restart overhead: a pod killed starts over).
+
+  .venv/bin/python bench/replay.py ../shared/traces/philly-2017-09-10.csv --jobs 200 --start 864000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shlex
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch
+
+from gpuq import logs
+from gpuq.api import meta
+from gpuq.config import load_config
+from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
+from gpuq.core.model import Queue
+from gpuq.devcluster import SIM_DURATION, Cluster, Shape, ensure_binaries
+from gpuq.devcluster.shape import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL
+from gpuq.devcluster.testing import wait_for
+from gpuq.peers import kueue_stack
+from gpuq.peers.kueue_binaries import ensure_kueue
+from gpuq.peers.kueue_stack import KueueStack
+from gpuq.peers.replay_figures import Cluster as FigureCluster
+from gpuq.peers.replay_figures import figures
+from gpuq.peers.replay_slice import SliceError, dns_label, replay_jobs, slice_trace
+from gpuq.peers.replay_tracker import ReplayJob, Tracker
+from gpuq.sim.cluster import ClusterShape, build_nodes, shape_for_gpus
+from gpuq.sim.engine import SimOptions
+from gpuq.sim.queues import derive_queues
+from gpuq.sim.readers import read_trace
+from gpuq.sim.scenario import Scenario
+from gpuq.sim.speed import SpeedModel
+
+NS = "replay"
+SIDES = ("gpuq", "kueue", "kube-scheduler")
+TARGET_SECONDS = 900.0  # --compress's default: the slice back to back in 15 minutes
+SIM_POLICIES = {"gpuq": "gpuq", "kueue": "kueue-tas"}
+IMAGE = "registry.k8s.io/pause:3.10"
+JOB_LABELS = {"gpuq": meta.LABEL_JOB_NAME, "kueue": "batch.kubernetes.io/job-name"}
+KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
+# The replay's pods run their duration whatever happened before: a killed pod starts over, no
+# checkpoint, no slowdown, no start-up cost. The simulator is given the same costs.
+SIM_OPTIONS = SimOptions(
+    speed=SpeedModel(enabled=False),
+    checkpoint_minutes=None,
+    checkpoint_save_seconds=1.0,  # longer than the grace: a victim asked to save is killed at once
+    checkpoint_grace_seconds=0.0,
+    restart_overhead_seconds=0.0,
+)
+FIGURES = (
+    ("avg JCT (s)", lambda f: f["jct"]["avg"]),
+    ("p50 JCT (s)", lambda f: f["jct"]["p50"]),
+    ("p99 JCT (s)", lambda f: f["jct"]["p99"]),
+    ("avg queueing (s)", lambda f: f["queueing_delay"]["avg"]),
+    ("p99 queueing (s)", lambda f: f["queueing_delay"]["p99"]),
+    ("comm cost per pair", lambda f: f["comm_multi_gpu"]["cost_per_pair"]),
+    ("fragmentation (%)", lambda f: 100 * f["fragmentation"]),
+    ("utilization (%)", lambda f: 100 * f["gpu_allocation"]),
+    ("makespan (s)", lambda f: f["makespan"]),
+    ("unfinished", lambda f: f["unfinished"]),
+)
+
+
+def dev_shape(shape: ClusterShape) -> Shape:
+    """The local cluster of the simulator's shape (racks counted over the whole cluster)."""
+    blocks = shape.zones * shape.blocks_per_zone
+    return Shape(
+        racks=blocks * shape.racks_per_block,
+        nodes_per_rack=shape.nodes_per_rack,
+        gpus_per_node=shape.gpus_per_node,
+        blocks=blocks,
+        zones=shape.zones,
+    ).validate()
+
+
+def figure_cluster(shape: Shape) -> FigureCluster:
+    nodes = shape.nodes()
+    return FigureCluster(
+        {n.name: shape.gpus_per_node for n in nodes},
+        {n.name: (n.zone, n.block, n.rack, n.name) for n in nodes},
+    )
+
+
+# -- what each side submits -------------------------------------------------------------------------
+def training_job(job: ReplayJob) -> dict[str, Any]:
+    body = GpuqClient.job_body(
+        job.name,
+        job.queue,
+        job.workers,
+        job.gpus_per_worker,
+        annotations={SIM_DURATION: f"{job.duration:.3f}s"},
+        priority=job.priority,
+        # Nothing in the replay saves checkpoints: a victim goes at once, as Kueue's does.
+        checkpoint={"requestOnPreemption": False},
+    )
+    return body
+
+
+def indexed_job(job: ReplayJob, kueue: bool) -> dict[str, Any]:
+    """The Job a Kueue user writes (queue and priority-class labels, rack-level preferred topology
+    for a gang), or without Kueue the same Job bare."""
+    topology = ("preferred", RACK_LABEL) if kueue and job.workers > 1 else None
+    body = kueue_stack.indexed_job(
+        job.name,
+        job.queue,
+        job.workers,
+        job.gpus_per_worker,
+        IMAGE,
+        topology,
+        {SIM_DURATION: f"{job.duration:.3f}s"},
+    )
+    labels = body["metadata"]["labels"]
+    if kueue:
+        labels[PRIORITY_CLASS_LABEL] = priority_class(job.priority)
+    else:
+        labels.clear()
+    return body
+
+
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+
+
+def priority_class(priority: int) -> str:
+    return f"priority-{priority}" if priority >= 0 else f"priority-minus-{-priority}"
+
+
+def kueue_objects(queues: Sequence[Queue], priorities: set[int], gpus: int) -> list[dict[str, Any]]:
+    """What a Kueue user applies for these queues: one Topology and TAS flavor over the GPU nodes, a
+    ClusterQueue per GPUQueue (same cohort, quota, borrowing limit, gpuq's default preemption),
+    its LocalQueue, a WorkloadPriorityClass per priority of the slice."""
+    api = "/".join(KUEUE_API)
+    levels = [{"nodeLabel": label} for label in (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL)]
+    out: list[dict[str, Any]] = [
+        {"apiVersion": api, "kind": "Topology", "metadata": {"name": "gpus"}, "spec": {"levels": levels}},
+        {
+            "apiVersion": api,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "gpus"},
+            "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": "gpus"},
+        },
+    ]
+    for value in sorted(priorities):
+        out.append(
+            {
+                "apiVersion": api,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": priority_class(value)},
+                "value": value,
+            }
+        )
+    for q in queues:
+        resource: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": q.nominal_gpus}
+        if q.borrowing_limit_gpus is not None:
+            resource["borrowingLimit"] = q.borrowing_limit_gpus
+        spec: dict[str, Any] = {
+            "namespaceSelector": {},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [{"name": "gpus", "resources": [resource]}],
+                }
+            ],
+            # gpuq's GPUQueue defaults (withinQueue LowerPriority, reclaimWithinCohort Any) in Kueue's words.
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+        }
+        if q.cohort:
+            spec["cohortName"] = q.cohort
+        name = dns_label(q.name)
+        out.append({"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
+        out.append(
+            {
+                "apiVersion": api,
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"clusterQueue": name},
+            }
+        )
+    return out
+
+
+def create_kueue_objects(custom: k8s.CustomObjectsApi, objects: Sequence[dict[str, Any]]) -> None:
+    group, version = KUEUE_API
+    for obj in objects:
+        plural = kueue_stack.plural(obj["kind"])
+        if obj["kind"] == "LocalQueue":
+            custom.create_namespaced_custom_object(group, version, NS, plural, obj)
+        else:
+            custom.create_cluster_custom_object(group, version, plural, obj)
+
+
+# -- one side ------------------------------------------------------------------------------------------
+class PodWatch:
+    """Pods of the replay's namespace, fed to the tracker as the watch delivers them."""
+
+    def __init__(self, core: k8s.CoreV1Api, tracker: Tracker, label: str, t0: float) -> None:
+        self.core, self.tracker, self.label, self.t0 = core, tracker, label, t0
+        self.lock = threading.Lock()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> PodWatch:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=15)
+
+    def _see(self, kind: str, pod: Any) -> None:
+        job = (pod.metadata.labels or {}).get(self.label)
+        if job is None:
+            return
+        with self.lock:
+            self.tracker.pod(
+                job,
+                pod.metadata.name,
+                pod.spec.node_name,
+                pod.status.phase or "Pending",
+                time.monotonic() - self.t0,
+                deleted=kind == "DELETED",
+            )
+
+    def _run(self) -> None:
+        version = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    listing = self.core.list_namespaced_pod(NS)
+                    for pod in listing.items:
+                        self._see("ADDED", pod)
+                    version = listing.metadata.resource_version
+                for event in watch.Watch().stream(
+                    self.core.list_namespaced_pod, NS, resource_version=version, timeout_seconds=5
+                ):
+                    version = event["object"].metadata.resource_version
+                    self._see(event["type"], event["object"])
+            except k8s.ApiException as exc:
+                if exc.status == 410:
+                    version = None  # expired: list again (a pod seen twice changes nothing)
+                else:
+                    time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def side_cluster(side: str, shape: Shape) -> Iterator[tuple[Cluster, k8s.ApiClient]]:
+    t = time.monotonic()
+    dev = Cluster.up(f"replay-{side}-{os.getpid()}", shape, tie_to_process=True, timeout=600)
+    print(f"{side}: cluster up in {time.monotonic() - t:.0f} s", flush=True)
+    try:
+        cfg = k8s.Configuration()
+        k8s_config.load_kube_config(config_file=str(dev.kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]
+        cfg.connection_pool_maxsize = 16
+        api = k8s.ApiClient(cfg)
+        core = k8s.CoreV1Api(api)
+        core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=NS)))
+        wait_for(
+            lambda: core.list_namespaced_service_account(NS, field_selector="metadata.name=default").items,
+            30,
+            "the replay namespace's service account",
+        )
+        yield dev, api
+    finally:
+        dev.down()
+
+
+def set_up(
+    side: str,
+    dev: Cluster,
+    api: k8s.ApiClient,
+    queues: Sequence[Queue],
+    jobs: Sequence[ReplayJob],
+    work: Path,
+) -> Callable[[], None]:
+    """Install and start what `side` runs; returns what stops it."""
+    if side == "gpuq":
+        install_crds(api)
+        gpuq = GpuqClient(api)
+        for q in queues:
+            extra = {"cohort": q.cohort} if q.cohort else {}
+            gpuq.create_queue(dns_label(q.name), q.nominal_gpus, **extra)
+        work.mkdir(parents=True, exist_ok=True)
+        replicas = [
+            OperatorProcess(
+                dev.kubeconfig, work / f"operator-{i}.log", log_level="WARNING", tie_to_parent=True
+            ).start()
+            for i in range(2)
+        ]
+
+        def stop_operators() -> None:
+            for op in replicas:
+                op.stop()
+
+        return stop_operators
+    if side == "kueue":
+        stack = KueueStack(
+            ensure_kueue(binaries=("manager",)),
+            ensure_binaries() / "kubectl",
+            dev.kubeconfig,
+            work / "kueue",
+            config={**kueue_stack.BENCH_CLIENT, "waitForPodsReady": {"timeout": "5m"}},
+        )
+        stack.up(say=lambda m: print(f"  {m}", flush=True))
+        objects = kueue_objects(queues, {j.priority for j in jobs}, dev.shape.gpu_count)
+        create_kueue_objects(k8s.CustomObjectsApi(api), objects)
+        return stack.down
+    return lambda: None
+
+
+def submit(side: str, api: k8s.ApiClient, job: ReplayJob) -> None:
+    if side == "gpuq":
+        GpuqClient(api).create_job(NS, training_job(job))
+    else:
+        k8s.BatchV1Api(api).create_namespaced_job(NS, indexed_job(job, kueue=side == "kueue"))
+
+
+def replay(
+    side: str, shape: Shape, queues: Sequence[Queue], jobs: Sequence[ReplayJob], timeout: float, work: Path
+) -> dict[str, Any]:
+    """Play the jobs on `side`'s own cluster on their compressed schedule; its figures."""
+    with side_cluster(side, shape) as (dev, api):
+        stop = set_up(side, dev, api, queues, jobs, work / side)
+        tracker = Tracker({j.name: j for j in jobs})
+        t0 = time.monotonic()
+        label = JOB_LABELS.get(side, "batch.kubernetes.io/job-name")
+        pods = PodWatch(k8s.CoreV1Api(api), tracker, label, t0).start()
+        late: list[float] = []
+        try:
+            for job in sorted(jobs, key=lambda j: j.submit):
+                wait = job.submit - (time.monotonic() - t0)
+                if wait > 0:
+                    time.sleep(wait)
+                late.append(max(0.0, -wait))
+                submit(side, api, job)
+                with pods.lock:
+                    tracker.created(job.name, time.monotonic() - t0)
+            deadline = t0 + timeout
+            while time.monotonic() < deadline:
+                with pods.lock:
+                    left = tracker.unfinished()
+                if not left:
+                    break
+                time.sleep(1.0)
+            end = time.monotonic() - t0
+        finally:
+            pods.stop()
+            stop()
+        with pods.lock:
+            observed = tracker.observed()
+    out = figures(observed, figure_cluster(shape), until=end)
+    waits = sorted(r.runs[0].start - r.created for r in observed if r.runs)
+    out["queueing_fast_s"] = waits[len(waits) // 10] if waits else math.nan
+    out["submit_late_p99_s"] = sorted(late)[int(0.99 * (len(late) - 1))] if late else 0.0
+    out["wall_s"] = end
+    print(f"{side}: {out['finished']} of {len(jobs)} finished in {end:.0f} s", flush=True)
+    return out
+
+
+def auto_compression(
+    trace: Sequence[Any], start: float, count: int, gpus: int, max_duration: float | None
+) -> float:
+    """The factor that fits the slice's arrivals and its longest job into TARGET_SECONDS."""
+    uncompressed, _ = slice_trace(
+        trace, start=start, count=count, compress=1.0, total_gpus=gpus, max_duration=max_duration
+    )
+    span = max(j.submit_time for j in uncompressed) + max(j.duration for j in uncompressed)
+    return max(1.0, round(span / TARGET_SECONDS))
+
+
+def latency_share(f: dict[str, Any], jobs: Sequence[ReplayJob]) -> str:
+    """The scheduler's own latency (the fastest tenth of queueing delays: jobs that found room) over
+    the median compressed duration: how much of a figure is the machinery rather than the policy."""
+    fast = f["queueing_fast_s"]
+    median = sorted(j.duration for j in jobs)[len(jobs) // 2]
+    return f"{fast:.2f} s = {100 * fast / median:.1f}% of the median duration {median:.1f} s"
+
+
+# -- output -----------------------------------------------------------------------------------------
+def table(columns: dict[str, dict[str, Any]]) -> list[str]:
+    names = list(columns)
+    lines = ["| figure | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    for label, get in FIGURES:
+        cells = []
+        for name in names:
+            try:
+                value = float(get(columns[name]))
+            except (KeyError, TypeError, ValueError):
+                value = math.nan
+            cells.append("-" if math.isnan(value) else f"{value:,.2f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def json_figures(f: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "avg_jct_s": f["jct"]["avg"],
+        "avg_queueing_s": f["queueing_delay"]["avg"],
+        "comm_cost": f["comm_multi_gpu"]["cost_per_pair"],
+        "fragmentation": f["fragmentation"],
+        "utilization": f["gpu_allocation"],
+        "makespan_s": f["makespan"],
+        "unfinished": f["unfinished"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("trace", type=Path, help="Philly, Alibaba or canonical CSV (what `gpuq simulate` reads)")
+    ap.add_argument("--format", default="auto", help="trace format (default auto)")
+    ap.add_argument("--jobs", type=int, default=200, help="jobs in the slice (default 200)")
+    ap.add_argument("--start", type=float, default=0.0, help="trace seconds where the slice begins")
+    ap.add_argument(
+        "--compress",
+        type=float,
+        help="submit times and durations divided by this (default: so that the slice's arrivals and "
+        "its longest job fit 15 minutes)",
+    )
+    ap.add_argument(
+        "--max-duration",
+        type=float,
+        help="cap trace durations at this many (uncompressed) seconds, for the replay and the simulation "
+        "alike (default: none; a heavy tail otherwise sets the compression)",
+    )
+    ap.add_argument("--gpus", type=int, default=128, help="cluster GPUs (default 128)")
+    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--nodes-per-rack", type=int, default=4)
+    ap.add_argument("--racks-per-block", type=int, default=2)
+    ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {', '.join(SIDES)}")
+    ap.add_argument("--timeout", type=float, default=900, help="max seconds per side after the last submit")
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    args = ap.parse_args(argv)
+    cmd = "bench/replay.py " + shlex.join(argv if argv is not None else sys.argv[1:])
+    print(f"# trace replay   reproduce: .venv/bin/python {cmd}", flush=True)
+    if not args.trace.exists():
+        print(f"skipped: trace {args.trace} not found (the dev traces live in ../shared/traces/)")
+        return 0
+    sides = [s for s in args.sides.split(",") if s]
+    if unknown := [s for s in sides if s not in SIDES]:
+        ap.error(f"--sides: unknown {', '.join(unknown)} (choose from {', '.join(SIDES)})")
+    logs.configure("WARNING")
+    config = load_config(None)
+    sim_shape = shape_for_gpus(args.gpus, args.gpus_per_node, args.nodes_per_rack, args.racks_per_block)
+    nodes = build_nodes(sim_shape, config)
+    trace, report = read_trace(args.trace, args.format, True, None)
+    compress = args.compress or auto_compression(trace, args.start, args.jobs, args.gpus, args.max_duration)
+    try:
+        sliced, too_big = slice_trace(
+            trace,
+            start=args.start,
+            count=args.jobs,
+            compress=compress,
+            total_gpus=args.gpus,
+            max_duration=args.max_duration,
+        )
+    except SliceError as exc:
+        ap.error(str(exc))
+    queues = derive_queues(sliced, args.gpus)
+    jobs = replay_jobs(sliced, args.gpus_per_node)
+    shape = dev_shape(sim_shape)
+    span = max(j.submit for j in jobs)
+    durations = sorted(j.duration for j in jobs)
+    print(
+        f"slice: {len(jobs)} jobs from {args.start:g} s of {report.summary()} ({too_big} larger than the "
+        f"cluster left out), compressed {compress:g}x: submitted over {span:.0f} s, durations "
+        f"{durations[0]:.1f}-{durations[-1]:.1f} s; {shape.describe()}; {len(queues)} queues in one cohort",
+        flush=True,
+    )
+    work = Path(tempfile.mkdtemp(prefix="gpuq-replay-"))
+    replayed = {side: replay(side, shape, queues, jobs, span + args.timeout, work) for side in sides}
+    simulated = {}
+    for policy in SIM_POLICIES.values():
+        t = time.monotonic()
+        simulated[policy] = Scenario(sliced, nodes, queues, config, SIM_OPTIONS).run(policy)
+        print(f"simulated {policy} in {time.monotonic() - t:.1f} s", flush=True)
+    columns = {f"replay {s}": f for s, f in replayed.items()} | {f"sim {p}": f for p, f in simulated.items()}
+    print("\n".join(table(columns)))
+    for side, policy in SIM_POLICIES.items():
+        if side in replayed:
+            real, sim = replayed[side]["jct"]["avg"], simulated[policy]["jct"]["avg"]
+            print(f"sim {policy} vs replay {side}: avg JCT {100 * (sim - real) / real:+.1f}%")
+    for side, f in replayed.items():
+        print(
+            f"{side}: scheduling latency {latency_share(f, jobs)}; submissions late by up to "
+            f"{f['submit_late_p99_s']:.2f} s (p99); logs in {work / side}"
+        )
+    if args.json:
+        out = {
+            "replay": {s: json_figures(f) for s, f in replayed.items()},
+            "sim": {("gpuq" if p == "gpuq" else p): json_figures(f) for p, f in simulated.items()},
+        }
+        args.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

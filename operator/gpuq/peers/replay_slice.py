@@ -1,0 +1,85 @@
+"""The slice of a trace that a replay (bench/replay.py) plays on a real cluster and the simulator
+plays beside it: the same jobs, times compressed by one factor, shaped into workers as the simulator
+shapes them (gpuq.sim.engine.worker_spec), with names a cluster accepts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+
+from gpuq.peers.replay_tracker import ReplayJob
+from gpuq.sim.engine import worker_spec
+from gpuq.sim.trace import TraceJob
+
+
+class SliceError(ValueError):
+    pass
+
+
+def slice_trace(
+    jobs: Sequence[TraceJob],
+    *,
+    start: float,
+    count: int,
+    compress: float,
+    total_gpus: int,
+    max_duration: float | None = None,
+) -> tuple[list[TraceJob], int]:
+    """The first `count` jobs submitted at or after `start` (trace seconds) that fit the cluster,
+    shifted to begin at 0, durations capped at `max_duration` (trace seconds: a heavy tail would
+    otherwise set the compression), submit times and durations divided by `compress`; and how many
+    larger than the cluster were left out."""
+    if compress <= 0:
+        raise SliceError(f"--compress must be > 0, got {compress}")
+    if count < 1:
+        raise SliceError(f"--jobs must be >= 1, got {count}")
+    chosen: list[TraceJob] = []
+    too_big = 0
+    for job in sorted(jobs, key=lambda j: (j.submit_time, j.key)):
+        if job.submit_time < start:
+            continue
+        if job.gpus > total_gpus:
+            too_big += 1
+            continue
+        chosen.append(job)
+        if len(chosen) == count:
+            break
+    if not chosen:
+        raise SliceError(
+            f"no job of the trace is submitted at or after {start:g} s and fits {total_gpus} GPUs"
+        )
+    t0 = chosen[0].submit_time
+    cap = max_duration if max_duration is not None else float("inf")
+    return [
+        replace(j, submit_time=(j.submit_time - t0) / compress, duration=min(j.duration, cap) / compress)
+        for j in chosen
+    ], too_big
+
+
+def dns_label(text: str, limit: int = 40) -> str:
+    """`text` as a DNS label (lowercase letters, digits and '-', starting with a letter)."""
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if not label or not label[0].isalpha():
+        label = f"q-{label}".rstrip("-")
+    return label[:limit].rstrip("-")
+
+
+def replay_jobs(jobs: Sequence[TraceJob], node_gpus: int, worker_gpus: str = "whole") -> list[ReplayJob]:
+    """Each job of the slice as the cluster sees it: `j00001`... in submit order, its queue a DNS
+    label, its workers as the simulator shapes them."""
+    out = []
+    for index, job in enumerate(jobs, start=1):
+        shape = worker_spec(job, worker_gpus, node_gpus)
+        out.append(
+            ReplayJob(
+                name=f"j{index:05d}",
+                queue=dns_label(job.queue),
+                priority=job.priority,
+                submit=job.submit_time,
+                duration=job.duration,
+                workers=shape.replicas,
+                gpus_per_worker=shape.gpus_per_worker,
+            )
+        )
+    return out

@@ -1,0 +1,33 @@
+"""The slice a replay plays: the jobs from a start time that fit the cluster, compressed by one factor,
+shaped into workers as the simulator shapes them, named as a cluster accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuq.peers.replay_slice import SliceError, dns_label, replay_jobs, slice_trace
+from gpuq.sim.trace import TraceJob
+
+
+def job(key: str, submit: float, gpus: int, duration: float = 600.0, queue: str = "vc-A") -> TraceJob:
+    return TraceJob(key, submit, duration, gpus, queue)
+
+
+def test_jobs_from_the_start_that_fit_are_shifted_and_compressed() -> None:
+    jobs = [job("early", 10, 8), job("a", 100, 8), job("huge", 120, 64), job("b", 160, 16), job("c", 400, 1)]
+    chosen, too_big = slice_trace(jobs, start=50, count=2, compress=60, total_gpus=32)
+    assert [j.key for j in chosen] == ["a", "b"] and too_big == 1
+    assert [j.submit_time for j in chosen] == [0.0, 1.0] and chosen[0].duration == 10.0
+    capped, _ = slice_trace(jobs, start=50, count=2, compress=60, total_gpus=32, max_duration=300)
+    assert [j.duration for j in capped] == [5.0, 5.0]
+    with pytest.raises(SliceError, match="no job"):
+        slice_trace(jobs, start=1000, count=5, compress=60, total_gpus=32)
+    with pytest.raises(SliceError, match="compress"):
+        slice_trace(jobs, start=0, count=5, compress=0, total_gpus=32)
+
+
+def test_workers_as_the_simulator_shapes_them_and_names_a_cluster_accepts() -> None:
+    out = replay_jobs([job("x", 0, 16, queue="Philly VC_7"), job("y", 1, 6, queue="42")], node_gpus=8)
+    assert [(j.name, j.workers, j.gpus_per_worker) for j in out] == [("j00001", 2, 8), ("j00002", 1, 6)]
+    assert [j.queue for j in out] == ["philly-vc-7", "q-42"]
+    assert dns_label("---") == "q"
