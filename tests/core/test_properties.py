@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from unittest.mock import patch
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuq.core import ClusterIndex, SchedulerConfig, schedule
+from gpuq.core import ClusterIndex, SchedulerConfig, preemption, schedule
 from gpuq.core.decisions import PendingCode
 from gpuq.core.model import Job, Running, Snapshot
 
@@ -248,3 +249,14 @@ def test_quiet_cycle_memo_decides_like_a_fresh_cycle(sc: Scenario, rnd: random.R
     s2 = replace(s, jobs=(*s.jobs, *new))
     ix.apply(s2, jobs=new)
     assert schedule(s2, later, cfg, index=ix, explain=False) == schedule(s2, later, cfg, explain=False)
+
+
+@PROPERTY
+@given(scenarios())
+def test_preemption_searches_skipped_for_want_of_room_would_find_nothing(sc: Scenario) -> None:
+    """preemption.room_for skips a search when even evicting every allowed victim leaves too few GPU
+    slots: a cycle that runs every search instead decides exactly the same."""
+    s, cfg = sc
+    skipping = schedule(s, NOW, cfg)
+    with patch.object(preemption, "room_for", lambda *_: True):
+        assert schedule(s, NOW, cfg) == skipping

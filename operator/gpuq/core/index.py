@@ -30,7 +30,7 @@ from gpuq.core.constraints import (
 from gpuq.core.fit import Demand, Extra, extra_of, slots_on
 from gpuq.core.model import Job, Node, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
-from gpuq.core.service import level_of, service_times
+from gpuq.core.service import LevelCache, level_of, service_times
 from gpuq.core.topology import DomainTree, scope_sizes
 
 NO_MODEL = ""  # model key of nodes that report no GPU model
@@ -186,11 +186,14 @@ class ClusterIndex:
         self.job_class: dict[str, int] = {}
         self.class_ids: dict[Hashable, int] = {}  # pending class -> small int (cheap to hash)
         self.class_invalid: dict[int, str | None] = {}  # pending class -> spec error (scheduler fills)
+        # pending class -> (static_version, why it never fits or None): the scheduler's _never_fits
+        self.class_never: dict[int, tuple[int, str | None]] = {}
         self.evicting: set[str] = set()
         # When running jobs reach an attained-service level or their minimum run (gpuq.core.service):
         # a lazy heap of (time, job, attempt start); stale entries are skipped when popped.
         self.service_events: list[tuple[float, str, float]] = []
         self.service_events_now = float("-inf")
+        self.levels = LevelCache(self.config.service, self.jobs)  # attained-service tables (service.py)
         self.usage: dict[str, int] = {}  # queue -> GPUs held (running, not evicting) or kept (recovering)
         self.evicting_usage: dict[str, int] = {}  # queue -> GPUs its evicting gangs still hold
         self.model_usage: dict[str, dict[str, int]] = {}
@@ -298,6 +301,7 @@ class ClusterIndex:
             self.orphans[key] = tuple(sorted(set(missing)))
         self.running_by_queue.setdefault(job.queue, set()).add(key)
         self._push_service_events(job)
+        self.levels.add(job)
         if job.min_runtime_seconds > 0:
             self.min_runtime_running += 1
         prios = self.running_priorities.setdefault(job.queue, {})
@@ -352,6 +356,7 @@ class ClusterIndex:
         placed = self.job_nodes.pop(key)
         self.orphans.pop(key, None)
         self.running_by_queue[job.queue].discard(key)
+        self.levels.remove(job)
         if job.min_runtime_seconds > 0:
             self.min_runtime_running -= 1
         prios = self.running_priorities[job.queue]

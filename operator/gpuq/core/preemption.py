@@ -87,7 +87,7 @@ def may_have_victims(
     quota_gpus: int,
     service: ServiceView | None = None,
 ) -> bool:
-    """A cheap necessary condition for allowed_victims to find any: O(priorities + 1), not O(jobs)
+    """A cheap necessary condition for allowed_jobs to find any: O(priorities + 1), not O(jobs)
     (the attained-service part is computed once per queue and cycle by `service`)."""
     if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
         prios = ix.running_priorities.get(q.name)
@@ -97,7 +97,7 @@ def may_have_victims(
             if service is None:
                 return True  # no cycle view at hand: assume some job of the queue outranks it
             own = ix.running_by_queue.get(q.name, ())
-            if service.outranked(q.name, (ix.jobs[k] for k in own), job):
+            if service.outranks_any(q.name, (ix.jobs[k] for k in own), job):
                 return True
     if (
         q.cohort is None
@@ -121,7 +121,7 @@ def reclaimed_by_eviction(book: QuotaBook, peer: Queue, leaving: Mapping[str, in
     return gone > 0 and book.used(peer.name) + gone > peer.nominal_gpus
 
 
-def allowed_victims(
+def allowed_jobs(
     ix: ClusterIndex,
     book: QuotaBook,
     job: Job,
@@ -131,8 +131,9 @@ def allowed_victims(
     unavailable: set[str],
     protected: frozenset[str] = frozenset(),
     service: ServiceView | None = None,
-) -> list[Victim]:
-    """Victims job may preempt, sorted cheapest first (already-evicting ones first, at cost 0).
+) -> list[tuple[Job, bool]]:
+    """The running jobs job may preempt, with whether each is a reclaim, unsorted (`victims` makes
+    them Victims, sorted cheapest first: already-evicting ones first, at cost 0).
     `protected`: queues whose jobs may not be taken now (non-preemptible, or out of preemptions).
     `service`: the cycle's ServiceView (built here when not given)."""
     keys: list[tuple[str, bool]] = []
@@ -176,9 +177,41 @@ def allowed_victims(
             continue
         if key not in evicting_set and not may_stop(v, protected, now):
             continue
-        out.append(victim_of(ix, v, now, reclaim))
+        out.append((v, reclaim))
+    return out
+
+
+def victims(ix: ClusterIndex, allowed: Iterable[tuple[Job, bool]], now: float) -> list[Victim]:
+    """allowed_jobs' jobs as victims, sorted cheapest first."""
+    out = [victim_of(ix, v, now, reclaim) for v, reclaim in allowed]
     out.sort()
     return out
+
+
+def room_for(
+    st: CycleState, allowed: Iterable[tuple[Job, bool]], demand: Demand, replicas: int, pools: Sequence[Pool]
+) -> bool:
+    """Whether evicting every allowed victim at once could leave GPU slots for the gang in one of the
+    pools. A search places whole workers on GPUs the victims it picks (a subset) release, so when
+    even all of them leave fewer than `replicas` slots, no search can succeed: an exact necessary
+    condition, O(victims + pool nodes), that spares most failing searches their whole cost."""
+    g = demand.gpus
+    if g <= 0:
+        return True
+    ix, free = st.ix, st.free_gpu
+    released: dict[int, int] = {}
+    for v, _ in allowed:
+        for n, k in ix.job_nodes[v.key]:
+            released[n] = released.get(n, 0) + k * ix.demand[v.key].gpus
+    for pool in pools:
+        member = pool.member
+        slots = pool.slots(0, g, replicas)  # the whole cluster's (domain 0) free slots now
+        for n, r in released.items():
+            if member[n]:
+                slots += max(free[n] + r, 0) // g - max(free[n], 0) // g
+        if slots >= replicas:
+            return True
+    return False
 
 
 def may_stop(job: Job, protected: frozenset[str], now: float) -> bool:

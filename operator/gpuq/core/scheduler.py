@@ -205,7 +205,7 @@ class _Cycle:
         self.failed_in: dict[tuple[str, int], _Failed] = {}  # the last cycle's, when still valid
         self.started_since = False  # jobs started since the last cycle (new preemption victims)
         self.held_out = False  # the last job tried failed only because of its locality wait
-        self.service = ServiceView(config.service, now)
+        self.service = ServiceView(config.service, now, ix.levels)
 
     # ---- driver ---------------------------------------------------------------------------------
 
@@ -567,9 +567,19 @@ class _Cycle:
                         )
 
     def _never_fits(self, job: Job) -> str | None:
-        d = self.ix.demand[job.key]
-        short = self.ix.never_fits(job, d)
-        return None if short is None else capacity_reason(job.workers.replicas, d, short)
+        """Why no node set could ever hold the gang, or None. A queued job's answer is its pending
+        class's (same shape and constraints) until nodes change: the index keeps it per class."""
+        ix = self.ix
+        ck = ix.job_class.get(job.key)
+        kept = ix.class_never.get(ck) if ck is not None else None
+        if kept is not None and kept[0] == ix.static_version:
+            return kept[1]
+        d = ix.demand[job.key]
+        short = ix.never_fits(job, d)
+        reason = None if short is None else capacity_reason(job.workers.replicas, d, short)
+        if ck is not None:
+            ix.class_never[ck] = (ix.static_version, reason)
+        return reason
 
     def _try(self, job: Job, q: Queue, is_head: bool) -> _Outcome:
         st, book = self.st, self.book
@@ -688,10 +698,13 @@ class _Cycle:
             return _Outcome.FAILED
         self.searches += 1
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
-        cands = preemption.allowed_victims(
+        allowed = preemption.allowed_jobs(
             self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected, self.service
         )
-        plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
+        plan = None
+        if preemption.room_for(st, allowed, d, req.replicas, tiers[-1]):
+            cands = preemption.victims(self.ix, allowed, self.now)
+            plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
         if plan is None:
             self.preempt_fail[memo_key] = st.gives
             return _Outcome.FAILED
