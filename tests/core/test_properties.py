@@ -12,6 +12,7 @@ import random
 from dataclasses import replace
 from unittest.mock import patch
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -251,12 +252,21 @@ def test_quiet_cycle_memo_decides_like_a_fresh_cycle(sc: Scenario, rnd: random.R
     assert schedule(s2, later, cfg, index=ix, explain=False) == schedule(s2, later, cfg, explain=False)
 
 
+# Shortcuts of the preemption search, each patched to never apply.
+NO_SHORTCUT = {
+    # A search skipped when even evicting every allowed victim leaves too few GPU slots.
+    "room_for": (preemption, "room_for", lambda *_: True),
+    # The domains left unverified once a plan is found that none of them could replace.
+    "unbeatable": (preemption._Search, "_unbeatable", lambda *_: False),
+}
+
+
+@pytest.mark.parametrize("shortcut", sorted(NO_SHORTCUT))
 @PROPERTY
-@given(scenarios())
-def test_preemption_searches_skipped_for_want_of_room_would_find_nothing(sc: Scenario) -> None:
-    """preemption.room_for skips a search when even evicting every allowed victim leaves too few GPU
-    slots: a cycle that runs every search instead decides exactly the same."""
+@given(sc=scenarios())
+def test_preemption_search_shortcuts_change_no_decision(shortcut: str, sc: Scenario) -> None:
+    """A cycle that runs every search and verifies every domain decides exactly like one that skips."""
     s, cfg = sc
     skipping = schedule(s, NOW, cfg)
-    with patch.object(preemption, "room_for", lambda *_: True):
+    with patch.object(*NO_SHORTCUT[shortcut]):
         assert schedule(s, NOW, cfg) == skipping

@@ -263,10 +263,13 @@ def victims_per_queue(plan: Plan) -> dict[str, int]:
     return out
 
 
+NO_VICTIMS: Cost = (float("-inf"), 0.0, 0)  # the cost of a set without new victims: the least there is
+
+
 def set_cost(victims: Sequence[Victim]) -> Cost:
     new = [v for v in victims if not v.evicting]
     if not new:
-        return (float("-inf"), 0.0, 0)
+        return NO_VICTIMS
     return (float(max(v.priority for v in new)), sum(v.lost for v in new), len(new))
 
 
@@ -468,6 +471,16 @@ class _Search:
             return (float(v.priority), lost, count)
         return (max(quota_cost[0], float(v.priority)), quota_cost[1] + lost, quota_cost[2] + count)
 
+    def _unbeatable(self, cost: Cost, p: Placement, bounds: Sequence[Cost]) -> bool:
+        """Whether no domain still to verify could give a plan that replaces this one, so their
+        verifications are skipped. It must sit on one node (every one-node placement ties on depth and
+        communication cost, and a tie keeps the first), and cost nothing (no new victim) or no more
+        than every remaining domain's lower bound (a true bound only without quota victims: pruning
+        may find a cheaper quota set than the greedy one the bound counts)."""
+        if p.depth != self.st.tree.node_depth:
+            return False
+        return cost == NO_VICTIMS or (not self.quota_set and all(cost <= lb for lb in bounds))
+
     def run(self, pools: Sequence[Pool]) -> Plan | None:
         tree, req = self.st.tree, self.req
         L = tree.node_depth
@@ -504,7 +517,7 @@ class _Search:
                     order.append((lb, pi, key))
             order.sort()
             # Estimate in that order until VERIFY_BATCH estimates exist that no later domain can beat.
-            estimates: list[tuple[Cost, int, int, list[int]]] = []
+            estimates: list[tuple[Cost, int, int, list[int], Cost]] = []
             walked = 0
             for lb, pi, key in order:
                 if len(estimates) >= VERIFY_BATCH and (
@@ -515,9 +528,10 @@ class _Search:
                 chosen = self.estimate(pools[pi], dom, node, buckets[key])
                 walked += len(buckets[key]) if chosen is None else len(chosen)
                 if chosen is not None:
-                    bisect.insort(estimates, (set_cost([self.cands[ci] for ci in chosen]), pi, key, chosen))
+                    cost = set_cost([self.cands[ci] for ci in chosen])
+                    bisect.insort(estimates, (cost, pi, key, chosen, lb))
             best: tuple[Cost, list[int], Placement] | None = None
-            for tried, (_, pi, key, chosen) in enumerate(estimates):
+            for tried, (_, pi, key, chosen, _) in enumerate(estimates):
                 if best is not None and tried >= VERIFY_BATCH:
                     break
                 dom, node = (tree.ancestors[key][-1], key) if t == L else (key, -1)
@@ -529,6 +543,8 @@ class _Search:
                 c = set_cost([self.cands[ci] for ci in final])
                 if best is None or (c, -p.depth, p.cost) < (best[0], -best[2].depth, best[2].cost):
                     best = (c, final, p)
+                    if self._unbeatable(c, p, [e[4] for e in estimates[tried + 1 : VERIFY_BATCH]]):
+                        break
             if best is not None:
                 c, final, p = best
                 victims = [self.cands[ci] for ci in final]
