@@ -163,3 +163,30 @@ def test_kept_level_tables_equal_a_scan_at_every_instant(data: hs.DataObject) ->
             t = t if pick == "on" else math.nextafter(t, -math.inf)
             now = max(now, t)
         _outranked_fresh_and_kept(cache, rule, now, running)
+
+
+def test_a_new_checkpoint_keeps_the_service_times_and_a_called_off_eviction_schedules_them_again() -> None:
+    """The index schedules a running job's level and minimum-run times once per attempt: a new
+    checkpoint does not add them again, and a job that stops evicting (whose times next_service_event
+    dropped) gets them back, so the cycle memo still expires when it becomes a victim."""
+    from dataclasses import replace
+
+    from gpuq.core.model import Checkpoint, Snapshot
+
+    cfg = SchedulerConfig()
+    runner = job("ns/r", gpus=8, on=["n0000"], started=NOW - 100)
+    s1 = snap(ONE_NODE, [queue()], [runner])
+    ix = ClusterIndex(s1, cfg)
+    scheduled = len(ix.service_events)
+    checkpointed = replace(runner, checkpoint=Checkpoint(NOW, 10, "s3://x"))
+    s2 = Snapshot(s1.topology, s1.nodes, s1.queues, (checkpointed,))
+    ix.apply(s2, jobs=[checkpointed])
+    assert len(ix.service_events) == scheduled
+    first = NOW - 100 + 3600 / 8  # level 1: one GPU-hour on 8 GPUs, before its minimum run
+    assert ix.next_service_event(NOW) == first
+    evicting = replace(checkpointed, evicting=True)
+    ix.apply(Snapshot(s1.topology, s1.nodes, s1.queues, (evicting,)), jobs=[evicting])
+    assert ix.next_service_event(NOW) == float("inf")  # a leaving gang becomes no victim
+    kept = replace(evicting, evicting=False)
+    ix.apply(Snapshot(s1.topology, s1.nodes, s1.queues, (kept,)), jobs=[kept])
+    assert ix.next_service_event(NOW) == first
