@@ -206,6 +206,8 @@ class ClusterIndex:
         self.class_invalid: dict[int, str | None] = {}  # pending class -> spec error (scheduler fills)
         # pending class -> (static_version, why it never fits or None): the scheduler's _never_fits
         self.class_never: dict[int, tuple[int, str | None]] = {}
+        # (demand, replicas, pools' members) -> (static_version, depth): the scheduler's _local_depth
+        self.local_depths: dict[Hashable, tuple[int, int]] = {}
         self.evicting: set[str] = set()
         # When running jobs reach an attained-service level or their minimum run (gpuq.core.service):
         # a lazy heap of (time, job, attempt start); stale entries are skipped when popped.
