@@ -57,7 +57,7 @@ e2e: venv binaries
 # test_incluster.py last: it installs the operator cluster-wide, and a force-deleted replica may
 # outlive its pod object long enough to hold the Lease while a later module's operator waits.
 KIND_SUITES := e2e/test_operator_install.py e2e/test_operator.py e2e/test_constraints.py \
-	e2e/test_failover.py e2e/test_existing_workloads.py e2e/test_incluster.py
+	e2e/test_failover.py e2e/test_existing_workloads.py e2e/test_pytorchjob.py e2e/test_incluster.py
 kind-node-image:
 	@bash hack/kind/node-image.sh
 

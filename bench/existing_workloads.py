@@ -34,9 +34,14 @@ from kubernetes import client as k8s
 from failover import _client, fail, pick_victim
 from gpuq import logs
 from gpuq.api import meta
-from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
+from gpuq.controller.testing import (
+    GpuqClient,
+    OperatorProcess,
+    indexed_job_body,
+    install_crds,
+    pytorchjob_body,
+)
 from gpuq.devcluster import Cluster, Shape, ensure_binaries
-from gpuq.devcluster.shape import GPU_RESOURCE
 from gpuq.devcluster.testing import wait_for
 from gpuq.peers.training_operator import TrainingOperatorStack, ensure_training_operator
 
@@ -55,21 +60,7 @@ class Figures:
     failover_fault: list[float] = field(default_factory=list)
 
 
-def template(container: str = "train", seconds: int = 3600) -> dict[str, Any]:
-    """A pod template of one GPU worker (the training-operator wants its container named pytorch)."""
-    return {
-        "metadata": {"annotations": {"gpuq.dev/sim-duration": f"{seconds}s"}},
-        "spec": {
-            "schedulerName": "gpuq",
-            "containers": [
-                {
-                    "name": container,
-                    "image": "trainer:1",
-                    "resources": {"limits": {GPU_RESOURCE: str(GPUS)}},
-                }
-            ],
-        },
-    }
+RUNS_FOR = {"gpuq.dev/sim-duration": "3600s"}  # the gangs run until the bench deletes them
 
 
 @dataclass(frozen=True)
@@ -99,37 +90,16 @@ def workloads(gpuq: GpuqClient, api: Any) -> list[Workload]:
         return lambda name: live(core.list_namespaced_pod(NS, label_selector=f"{label}={name}").items)
 
     def indexed(name: str) -> None:
-        batch.create_namespaced_job(
-            NS,
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "metadata": {"name": name, "labels": {meta.LABEL_QUEUE: QUEUE}},
-                "spec": {
-                    "completionMode": "Indexed",
-                    "completions": REPLICAS,
-                    "parallelism": REPLICAS,
-                    "backoffLimit": 100,
-                    "template": {**template(), "spec": {**template()["spec"], "restartPolicy": "Never"}},
-                },
-            },
-        )
+        body = indexed_job_body(name, QUEUE, REPLICAS, GPUS, RUNS_FOR, backoff_limit=100)
+        batch.create_namespaced_job(NS, body)
 
     def pytorch(name: str) -> None:
-        def replicas(n: int) -> dict[str, Any]:
-            return {"replicas": n, "restartPolicy": "OnFailure", "template": template("pytorch")}
-
-        body = {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": {"name": name, "labels": {meta.LABEL_QUEUE: QUEUE}},
-            "spec": {"pytorchReplicaSpecs": {"Master": replicas(1), "Worker": replicas(REPLICAS - 1)}},
-        }
+        body = pytorchjob_body(name, QUEUE, REPLICAS, GPUS, RUNS_FOR)
         custom.create_namespaced_custom_object("kubeflow.org", "v1", NS, "pytorchjobs", body)
 
     def training_job(name: str) -> None:
         body = gpuq.job_body(name, QUEUE, REPLICAS, GPUS)
-        body["metadata"]["annotations"] = {"gpuq.dev/sim-duration": "3600s"}
+        body["metadata"]["annotations"] = dict(RUNS_FOR)
         gpuq.create_job(NS, body)
 
     return [

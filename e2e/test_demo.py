@@ -25,6 +25,7 @@ from gpuq.demo.session import ensure_namespace, run_scenario
 from gpuq.demo.watch import Transition
 from gpuq.devcluster.processes import log_tail
 from gpuq.devcluster.testing import E2ECluster, wait_for
+from test_existing_workloads import owner_events
 
 pytestmark = pytest.mark.e2e
 
@@ -107,7 +108,7 @@ def _clean_up(cluster: E2ECluster, gpuq: GpuqClient, namespace: str) -> None:
 
 def test_every_act_completes(run: Run) -> None:
     acts = [(a.number, a.ok) for a in run.report.acts]
-    assert acts == [(1, True), (2, True), (3, True), (4, True)], run.why()
+    assert acts == [(1, True), (2, True), (3, True), (4, True), (5, True)], run.why()
 
 
 def test_act1_jobs_are_admitted_and_one_waits_with_a_position_and_reason_while_a_team_borrows(
@@ -167,3 +168,26 @@ def test_act4_jobs_complete_and_the_queued_ones_are_admitted(run: Run) -> None:
     assert run.worker_env(sc.BERT)["GPUQ_RESUME_FROM"] == run.report.checkpoints[sc.BERT][0].path
     for job in (sc.BERT, sc.EVAL, sc.PRETRAIN, sc.SWEEP):
         assert run.status(job)["phase"] == "Running", (job, run.why())
+
+
+def test_act5_a_pytorchjob_is_bound_as_one_gang_beside_the_trainingjobs_and_succeeds(run: Run) -> None:
+    gang = run.history(sc.LLM_GANG)
+    running = first(gang, phase="Running", attempt=1)
+    assert running is not None and len(running.nodes) == sc.LLM_JOB.replicas, run.why()
+    assert len(set(running.nodes)) == 1, running  # two half-node workers: packed onto one node
+    assert first(gang, after=running.at, phase="Succeeded") is not None, run.why()
+    group, version, plural = sc.PYTORCHJOBS
+    body = run.gpuq.custom.get_namespaced_custom_object(
+        group, version, run.namespace, plural, sc.LLM_JOB.name
+    )
+    done = {c["type"]: c["status"] for c in body["status"]["conditions"]}
+    assert done.get("Succeeded") == "True", body["status"]
+    # It took a free node: the TrainingJobs kept theirs, and nobody was preempted for it.
+    for job in (sc.BERT, sc.EVAL, sc.PRETRAIN, sc.SWEEP):
+        assert not set(running.nodes) & set(node_names(run, job)), (job, running.nodes)
+    assert run.status(sc.BERT)["preemptions"] == 1, run.why()  # act 2's only
+    assert "Admitted" in owner_events(run.gpuq, run.namespace, sc.LLM_JOB.name, "PyTorchJob"), run.why()
+
+
+def node_names(run: Run, job: str) -> list[str]:
+    return [p["node"] for p in run.status(job).get("placement") or []]

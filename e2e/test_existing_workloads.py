@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 
 import test_operator as shared
 from gpuq.api import meta
-from gpuq.controller.testing import GpuqClient, OperatorProcess
+from gpuq.controller.testing import GpuqClient, OperatorProcess, indexed_job_body
 from gpuq.devcluster import SIM_DURATION
 from gpuq.devcluster.testing import E2ECluster, wait_for
 from test_ctl import plugin as ctl
@@ -63,31 +63,7 @@ def wait_for_gang(
 
 def indexed_job(name: str, queue: str, workers: int, gpus: int, seconds: int) -> dict[str, Any]:
     """What a pipeline emits, plus the opt-in: the queue label and gpuq as the pods' scheduler."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": {meta.LABEL_QUEUE: queue}},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": workers,
-            "parallelism": workers,
-            "backoffLimit": 6,
-            "template": {
-                "metadata": {"annotations": {SIM_DURATION: f"{seconds}s"}},
-                "spec": {
-                    "schedulerName": "gpuq",
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "trainer:1",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    return indexed_job_body(name, queue, workers, gpus, {SIM_DURATION: f"{seconds}s"})
 
 
 JOB_NAME = "batch.kubernetes.io/job-name"
@@ -303,3 +279,29 @@ def test_what_gpuq_cannot_run_gets_a_reason_and_an_event_and_no_pod_is_bound(
         assert gpuq.core.read_namespaced_pod("stray", ns).spec.node_name is None
     finally:
         gpuq.core.delete_namespaced_pod("stray", ns, grace_period_seconds=0)
+
+
+def test_gpuq_stop_and_resume_suspend_and_resume_an_indexed_job(
+    cluster: E2ECluster,
+    gpuq: GpuqClient,
+    operator: OperatorProcess,
+    ns: str,
+    queue: Callable[..., str],
+    jobs: Callable[[dict[str, Any]], str],
+    batch: k8s.BatchV1Api,
+    custom: k8s.CustomObjectsApi,
+) -> None:
+    q = queue(16)
+    job = jobs(indexed_job("paused", q, 2, 8, seconds=300))
+    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the Indexed Job's gang bound")
+    out = ctl(cluster, "stop", f"{ns}/job.paused")
+    assert out.returncode == 0 and "Job" in out.stdout, out.stderr
+    body = batch.read_namespaced_job(job, ns)
+    assert body.spec.suspend and meta.ANNOTATION_SUSPENDED_BY not in (body.metadata.annotations or {})
+    wait_for_gang(custom, ns, "job.paused", lambda s: s.get("phase") == "Suspended")
+    assert stays_unbound(gpuq, ns, job)  # the user's suspension: gpuq does not lift it
+    out = ctl(cluster, "resume", f"{ns}/job.paused")
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: len(bound(gpuq, ns, job)) == 2, 60, "the gang bound again after resume")
+    bad = ctl(cluster, "stop", f"{ns}/jobset.x")
+    assert bad.returncode == 2 and "job.NAME or pytorchjob.NAME" in bad.stderr

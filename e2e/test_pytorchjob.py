@@ -15,10 +15,14 @@ from kubernetes import client as k8s
 import test_existing_workloads as workloads
 import test_operator as shared
 from gpuq.api import meta
-from gpuq.controller.testing import GpuqClient, OperatorProcess
+from gpuq.controller.testing import GpuqClient, OperatorProcess, pytorchjob_body
 from gpuq.devcluster import SIM_DURATION, ensure_binaries
 from gpuq.devcluster.testing import E2ECluster, required_build, wait_for
-from gpuq.peers.training_operator import TrainingOperatorStack, ensure_training_operator
+from gpuq.peers.training_operator import (
+    TrainingOperatorDeployment,
+    TrainingOperatorStack,
+    ensure_training_operator,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -29,13 +33,23 @@ GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 @pytest.fixture(scope="module")
 def training_operator(
     cluster: E2ECluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TrainingOperatorStack]:
+) -> Iterator[TrainingOperatorStack | TrainingOperatorDeployment]:
+    """A local process beside the local cluster (it runs no containers); its Deployment on kind,
+    from the image the kind fixture loaded (hack/kind/images.sh)."""
     cluster.require_simulated_pods("PyTorchJobs that finish on time")
-    if cluster.dev is None:
-        pytest.skip("the training-operator runs as a local process beside a local cluster only")
+    if cluster.dev is None and cluster.backend != "kind":
+        pytest.skip("the training-operator is installed by this suite on a local or kind cluster only")
     build = required_build("training_operator", ensure_training_operator)
     work = tmp_path_factory.mktemp("training-operator")
-    stack = TrainingOperatorStack(build, ensure_binaries() / "kubectl", cluster.kubeconfig, work)
+    kubectl = ensure_binaries() / "kubectl"
+    if cluster.dev is None:
+        deployed = TrainingOperatorDeployment(build, kubectl, cluster.kubeconfig, work)
+        deployed.up()
+        yield deployed
+        print(f"training-operator log (last lines):\n{deployed.logs()}")
+        deployed.down()
+        return
+    stack = TrainingOperatorStack(build, kubectl, cluster.kubeconfig, work)
     stack.up()
     yield stack
     stack.down()
@@ -46,7 +60,7 @@ def training_operator(
 def operator(
     cluster: E2ECluster,
     gpuq: GpuqClient,
-    training_operator: TrainingOperatorStack,
+    training_operator: TrainingOperatorStack | TrainingOperatorDeployment,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     # Started after the CRD exists: an operator started before finds the kind within a minute.
@@ -67,35 +81,8 @@ def pytorchjob(
     priority: int = 0,
     restart: str = "OnFailure",
 ) -> dict[str, Any]:
-    """A PyTorchJob as a Kubeflow user writes it, plus the opt-in (queue label, schedulerName).
-    With restartPolicy Never the training-operator fails the job when a pod is lost (a node
-    failure): OnFailure lets it make the pod again, and gpuq fail the gang over."""
-
-    def replica(count: int) -> dict[str, Any]:
-        return {
-            "replicas": count,
-            "restartPolicy": restart,
-            "template": {
-                "metadata": {"annotations": {SIM_DURATION: f"{seconds}s"}},
-                "spec": {
-                    "schedulerName": "gpuq",
-                    "containers": [
-                        {
-                            "name": "pytorch",
-                            "image": "trainer:1",
-                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                        }
-                    ],
-                },
-            },
-        }
-
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PyTorchJob",
-        "metadata": {"name": name, "labels": {meta.LABEL_QUEUE: queue, meta.LABEL_PRIORITY: str(priority)}},
-        "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(workers - 1)}},
-    }
+    """A PyTorchJob as a Kubeflow user writes it, plus the opt-in (queue label, schedulerName)."""
+    return pytorchjob_body(name, queue, workers, gpus, {SIM_DURATION: f"{seconds}s"}, priority, restart)
 
 
 JOB_NAME = "training.kubeflow.org/job-name"

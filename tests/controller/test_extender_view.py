@@ -70,7 +70,9 @@ async def test_a_lingering_worker_of_a_job_gpuq_no_longer_holds_still_takes_gpus
 async def test_a_closed_loop_no_longer_collects_touched_nodes() -> None:
     """The cache outlives leadership terms; each term's loop must not leave a set filling forever."""
     loop = loop_on(["n0"])
+    loop.cycle()  # the snapshot builder now watches nodes too
+    other = loop.cache.watch_nodes()  # a reader that is not the loop's
     loop.close()
     loop.cache.upsert_pod(inference("serve-0", "n0", 1))
-    assert loop._extender_nodes == set()
-    assert loop.cache.take_touched_nodes() == {"n0"}  # the snapshot builder's set still fills
+    assert loop._extender_nodes == set() and loop.builder._touched_nodes == set()
+    assert other == {"n0"}  # the cache still tells the readers left

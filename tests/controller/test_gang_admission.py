@@ -15,14 +15,14 @@ from test_gang_cache import job, pod
 from gpuq.api import meta
 from gpuq.api.trainingjob import Phase
 from gpuq.controller import bodies as b
-from gpuq.controller import lifecycle
+from gpuq.controller import intents, lifecycle
 from gpuq.controller.cache import ClusterCache
 from gpuq.controller.gangs.resolve import Stray, StrayCode
 from gpuq.controller.gangs.strays import STRAY_GRACE, StrayReporter
 from gpuq.controller.informer import Informer
 from gpuq.controller.loop import SchedulingLoop
 from gpuq.controller.metrics import Metrics
-from gpuq.controller.snapshot import GANG_INCOMPLETE, gang_shortfall
+from gpuq.controller.snapshot import GANG_INCOMPLETE, SUSPENDED, SnapshotBuilder, gang_shortfall
 from gpuq.controller.writer import GangPodsMissing, Writer
 from gpuq.core import SchedulerConfig, schedule
 
@@ -358,3 +358,24 @@ def test_a_gang_its_user_suspends_while_running_is_suspended_not_restarted() -> 
     plan = lifecycle.observe(cache.jobs[GANG], [], b.T0, SchedulerConfig().failover)
     assert plan.status["phase"] == Phase.SUSPENDED and "restarts" not in plan.status
     assert [e.reason for e in plan.events] == ["Suspended"]
+
+
+def test_a_gang_its_user_suspends_before_its_admission_is_recorded_is_suspended() -> None:
+    # The race the stop/resume e2e test found: gpuq bound the gang, its user suspended the owner and
+    # the owner's controller deleted the pods before a cycle recorded the admission.
+    cache = cluster()
+    for i, node in enumerate(("n1", "n2")):
+        body = pod(i, node=node)
+        body["metadata"]["annotations"] = {meta.LABEL_ATTEMPT: "1"}
+        cache.apply("pod", "ADDED", body)
+    builder = SnapshotBuilder()
+    assert GANG not in builder.build(cache, b.T0, SchedulerConfig()).excluded  # bound, unrecorded
+    user = job(rv="2", replicas=2)
+    user["spec"]["suspend"] = True
+    cache.apply("owner:Job", "MODIFIED", user)
+    for i in range(2):
+        cache.apply("pod", "DELETED", pod(i))
+    why = builder.build(cache, b.T0 + 1, SchedulerConfig()).excluded[GANG]
+    assert why.reason == SUSPENDED, why  # not GangIncomplete: a suspended owner has no pods by design
+    patch, events = intents.blocked_status(cache.jobs[GANG], why, b.T0 + 1)
+    assert patch["phase"] == Phase.SUSPENDED and [e.reason for e in events] == ["Suspended"]

@@ -46,3 +46,38 @@ async def test_while_explaining_is_dear_cycles_act_and_explain_every_few_seconds
     now[0] = b.T0 + EXPLAIN_SECONDS
     explaining = loop.cycle()
     assert [p.job for p in explaining.pending] == ["team-a/c"]
+
+
+async def test_between_explaining_cycles_only_what_changed_gets_its_status_work() -> None:
+    """A job newly kept out gets its Blocked status in an acting cycle; one kept out as before is
+    not looked at again until the next explaining cycle; a queue's status is rebuilt only when its
+    own figures changed."""
+    now = [b.T0]
+    cache = ClusterCache()
+    cache.replace("namespace", [b.namespace("team-a")], "1")
+    cache.replace("node", [b.node("n1")], "1")
+    cache.replace("queue", [b.queue("q", nominal=64), b.queue("idle", nominal=8)], "1")
+    cache.replace("job", [b.job("lost", queue_name="nowhere", replicas=1, gpus=1, status=QUEUED)], "1")
+    cache.replace("pod", [], "1")
+    metrics = Metrics()
+    writer = RecordingWriter(cache, metrics)
+    loop = SchedulingLoop(cache, writer, SchedulerConfig(), metrics, clock=lambda: now[0])
+    loop.cycle()
+    assert {"team-a/lost", "gpuqueue/q", "gpuqueue/idle"} <= set(writer.submitted)
+
+    writer.submitted.clear()
+    loop._explain_cost = 1.0  # explaining is dear: the next cycles only act
+    now[0] = b.T0 + 0.5
+    cache.upsert_job(b.job("stray", queue_name="nowhere", replicas=1, gpus=1, status=QUEUED))
+    cache.upsert_job(b.job("work", replicas=1, gpus=1, status=QUEUED))
+    acting = loop.cycle()
+    assert [a.job for a in acting.admit] == ["team-a/work"]
+    # The new stray's status is written; the old one's (its write never landed here) waits for the
+    # explaining cycle; queue q's figures changed, idle's did not.
+    assert "team-a/stray" in writer.submitted and "team-a/lost" not in writer.submitted
+    assert "gpuqueue/q" in writer.submitted and "gpuqueue/idle" not in writer.submitted
+
+    writer.submitted.clear()
+    now[0] = b.T0 + EXPLAIN_SECONDS
+    loop.cycle()
+    assert {"team-a/lost", "gpuqueue/idle"} <= set(writer.submitted)

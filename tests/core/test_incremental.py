@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from gpuq.core import SchedulerConfig, schedule
-from gpuq.core.incremental import IncrementalSchedule, snapshot_delta
+from gpuq.core.incremental import IncrementalSchedule, SnapshotDelta, snapshot_delta
 from gpuq.core.model import Resources, Running, Snapshot
 
 from .helpers import NOW, cluster, job, node, queue, snap, with_node
@@ -91,3 +92,22 @@ def test_a_model_losing_its_last_schedulable_node_rebuilds_the_index() -> None:
     d2 = inc(s2, NOW + 1, SchedulerConfig())
     assert inc.index is not None and inc.index.models == ["A100"]
     assert d2 == schedule(s2, NOW + 1, SchedulerConfig())
+
+
+def test_a_handed_delta_is_applied_only_to_its_base_and_verified() -> None:
+    """The caller's delta is taken as it is when the index holds its base (no comparison); any
+    other snapshot is compared. In verify mode a delta that misses a change fails loudly."""
+    nodes = cluster(racks=1, nodes_per_rack=2)
+    s1 = snap(nodes, [queue()], [job("ns/a", gpus=8)])
+    inc = IncrementalSchedule(verify=True)
+    inc(s1, NOW, SchedulerConfig())
+    b = job("ns/b", gpus=8)
+    s2 = snap(nodes, [queue()], [*s1.jobs, b])
+    inc(s2, NOW + 1, SchedulerConfig(), delta=SnapshotDelta((), (), (b,), (), base=s1))
+    assert inc.handed == 1 and inc.last_delta == 1
+    s3 = snap(nodes, [queue()], [*s2.jobs, job("ns/c", gpus=8)])
+    inc(s3, NOW + 2, SchedulerConfig(), delta=SnapshotDelta((), (), (), (), base=s1))  # not its base
+    assert inc.handed == 1 and inc.last_delta == 1
+    s4 = snap(nodes, [queue()], [*s3.jobs, job("ns/d", gpus=8)])
+    with pytest.raises(AssertionError, match="misses changes"):
+        inc(s4, NOW + 3, SchedulerConfig(), delta=SnapshotDelta((), (), (), (), base=s3))

@@ -8,7 +8,7 @@ cycle already counts its GPUs (Kueue's assume/forget).
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -33,6 +33,12 @@ from gpuq.controller.objects import (
 from gpuq.controller.record import ADMITTED_STATUS_DELAY, status_delay
 
 TOMBSTONES = 100_000  # remembered deletions (uids); far more than can race in flight
+# Python's collector scans young objects every 700 allocations and, now and then, everything the
+# cache holds: with 15,000 jobs that was a fifth of each scheduling cycle (bench/kueue_perf.py).
+# What the cache holds is freed by reference counting (it makes no cycles), so the operator runs
+# the collector less often (gc.set_threshold) and freezes the first full list out of its scans
+# (gc.freeze): gpuq.controller.operator, and bench/scale.py as the operator does.
+GC_THRESHOLDS = (50_000, 20, 20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,17 +97,21 @@ class ClusterCache:
         self.assumed: dict[str, Assumed] = {}
         self.deleted_jobs: dict[str, str] = {}  # uid -> key of jobs seen deleted whose pods may linger
         self._pods_by_job: dict[str, set[str]] = {}
+        # Each job's pods in key order, made when first asked after they changed (_touch): a cycle
+        # asks for them several times per job (snapshot, lifecycle, writer).
+        self._ordered_pods: dict[str, list[PodEntry]] = {}
         # Jobs whose object or pods changed since the loop last took them: the lifecycle, a pure
         # function of a job and its pods, needs to look at no other job.
         self.touched: set[str] = set()
-        # Bound pods per node, and the nodes whose bound pods changed since the snapshot builder
-        # last took them (it re-sums other schedulers' usage only there).
+        # Bound pods per node (the snapshot builder re-sums other schedulers' usage only on nodes
+        # whose entry or bound pods changed: watch_nodes).
         self.pods_by_node: dict[str, set[str]] = {}
         self._job_sinks: list[set[str]] = []  # one set per reader of changed jobs (watch_jobs)
         self._node_sinks: list[set[str]] = []  # one set per reader of touched nodes (watch_nodes)
-        self.touched_nodes: set[str] = self.watch_nodes()
-        self._rv: dict[tuple[str, str], str] = {}  # (kind, key) -> last resourceVersion applied
-        self._uid: dict[tuple[str, str], str] = {}
+        # kind -> key -> the last resourceVersion applied, and the object's uid (a table per kind:
+        # (kind, key) tuples as keys cost two tuples an object, at 100,000 pods 11 MiB)
+        self._rv: defaultdict[str, dict[str, str]] = defaultdict(dict)
+        self._uid: defaultdict[str, dict[str, str]] = defaultdict(dict)
         # uids of deleted objects: the response to our own write can arrive after the DELETED event
         # and must not bring the object back (a ghost pod would hold its node forever).
         self._tombstones: OrderedDict[str, None] = OrderedDict()
@@ -118,23 +128,23 @@ class ClusterCache:
             return False
         if (
             uid is not None
-            and self._uid.get((kind, key)) == uid
-            and not _newer_or_same(self._rv.get((kind, key)), rv)
+            and self._uid[kind].get(key) == uid
+            and not _newer_or_same(self._rv[kind].get(key), rv)
         ):
             return False
         if rv is not None:
-            self._rv[(kind, key)] = rv
+            self._rv[kind][key] = rv
         if uid is not None:
-            self._uid[(kind, key)] = uid
+            self._uid[kind][key] = uid
         return True
 
     def _forget_object(self, kind: str, key: str, body: Mapping[str, Any]) -> bool:
         """True when the deleted object is the one we hold (not an older one of the same name)."""
         uid = _meta(body).get("uid")
-        if uid is not None and self._uid.get((kind, key)) not in (None, uid):
+        if uid is not None and self._uid[kind].get(key) not in (None, uid):
             return False
-        self._rv.pop((kind, key), None)
-        self._uid.pop((kind, key), None)
+        self._rv[kind].pop(key, None)
+        self._uid[kind].pop(key, None)
         if uid is not None:
             self._tombstones[uid] = None
             while len(self._tombstones) > TOMBSTONES:
@@ -142,7 +152,7 @@ class ClusterCache:
         return True
 
     def resource_version(self, kind: str, key: str) -> str | None:
-        return self._rv.get((kind, key))
+        return self._rv[kind].get(key)
 
     # -- the informers' sink -------------------------------------------------------------------
     def _kinds(
@@ -185,10 +195,10 @@ class ClusterCache:
             upsert(body)
         prefix = f"{scope}/" if scope else ""
         for key in [k for k in table if k not in listed and k.startswith(prefix) and _listed_kind(table[k])]:
-            if _rv_after(self._rv.get((kind, key)), resource_version):
+            if _rv_after(self._rv[kind].get(key), resource_version):
                 continue
             ns, _, name = key.rpartition("/")
-            uid = self._uid.get((kind, key))
+            uid = self._uid[kind].get(key)
             delete(
                 {
                     "metadata": {
@@ -210,9 +220,16 @@ class ClusterCache:
             table[key] = entry
             if kind == "job":
                 self._touch(key)
+            elif kind == "node":
+                self._tell_node_sinks(key)
             self._changed()
 
+    def _tell_node_sinks(self, node: str) -> None:
+        for sink in self._node_sinks:
+            sink.add(node)
+
     def _touch(self, job: str) -> None:
+        self._ordered_pods.pop(job, None)
         self.touched.add(job)
         self._tell_job_sinks(job)
 
@@ -230,13 +247,9 @@ class ClusterCache:
     def unwatch_jobs(self, sink: set[str]) -> None:
         self._job_sinks = [s for s in self._job_sinks if s is not sink]
 
-    def take_touched_nodes(self) -> set[str]:
-        out = set(self.touched_nodes)
-        self.touched_nodes.clear()
-        return out
-
     def watch_nodes(self) -> set[str]:
-        """A set that from now on collects every node whose bound pods change; the caller drains it."""
+        """A set that from now on collects every node whose entry or bound pods change (or that is
+        deleted); the caller drains it."""
         sink: set[str] = set()
         self._node_sinks.append(sink)
         return sink
@@ -271,6 +284,7 @@ class ClusterCache:
     def delete_node(self, body: Mapping[str, Any]) -> None:
         name = _meta(body)["name"]
         if self._forget_object("node", name, body) and self.nodes.pop(name, None) is not None:
+            self._tell_node_sinks(name)
             self._changed()
 
     def upsert_queue(self, body: Mapping[str, Any]) -> None:
@@ -478,7 +492,12 @@ class ClusterCache:
         return [p for p in self._all_pods_of(job, uid) if p.unclaimed]
 
     def _all_pods_of(self, job: str, uid: str | None) -> list[PodEntry]:
-        pods = (self.pods[k] for k in sorted(self._pods_by_job.get(job, ())) if k in self.pods)
+        pods = self._ordered_pods.get(job)
+        if pods is None:
+            keys = sorted(self._pods_by_job.get(job, ()))
+            pods = [self.pods[k] for k in keys if k in self.pods]
+            if pods:  # none: nothing kept (a deleted job's key is asked about for a while)
+                self._ordered_pods[job] = pods
         return [p for p in pods if uid is None or p.owner_uid in (uid, None)]
 
     def orphans(self) -> list[PodEntry]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol
 
@@ -35,6 +36,7 @@ from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import Abandon, Admit, Decisions, Pending, Preempt, Restart
 from gpuq.core.extender import ExtenderView, extender_view
 from gpuq.core.failover import Disruption, failed_nodes, node_disruptions, remember_disruptions
+from gpuq.core.incremental import IncrementalSchedule
 from gpuq.core.model import Job, Queue, Snapshot
 from gpuq.logs import debug_enabled, get_logger
 
@@ -93,7 +95,7 @@ class _Prepared:
     started: float
     now: float
     evicting: frozenset[str]
-    generations: dict[str, int]
+    generations: Mapping[str, int]
     view: View
     disruptions: dict[str, Disruption]
     failed: frozenset[str]
@@ -101,10 +103,26 @@ class _Prepared:
 
 
 def _core_schedule() -> ScheduleFn:
-    """The core with its ClusterIndex kept across cycles (fed by the deltas between snapshots)."""
-    from gpuq.core.incremental import IncrementalSchedule
+    """The core with its ClusterIndex kept across cycles, fed the snapshot builder's deltas
+    (GPUQ_VERIFY_SNAPSHOT=1: each cycle's decisions are checked against a fresh index's)."""
+    return IncrementalSchedule(verify=os.environ.get("GPUQ_VERIFY_SNAPSHOT") == "1")
 
-    return IncrementalSchedule()
+
+class _Generations(Mapping[str, int]):
+    """Each job's metadata.generation, read from the cache when asked (the quarantine asks about
+    the few jobs it holds): a copy of all of them each cycle is O(all jobs)."""
+
+    def __init__(self, jobs: Mapping[str, JobEntry]) -> None:
+        self._jobs = jobs
+
+    def __getitem__(self, key: str) -> int:
+        return self._jobs[key].generation
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
 
 
 def _queue_conditions(
@@ -146,6 +164,8 @@ class SchedulingLoop:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._refreshed_at: dict[str, float] = {}
+        self._blocked_again: set[str] = set()  # jobs kept out whose status write waits for a slot
+        self._queues_seen: dict[str, tuple[Any, ...]] = {}  # what each queue's last status was made of
         # Last cycle's classification of each pending job's status (intents.pending_change), kept
         # while the job's entry and the core's decision about it are the same: most waiting jobs
         # change neither from one cycle to the next.
@@ -271,13 +291,15 @@ class SchedulingLoop:
         now = self.clock()
         self.cycles += 1
         evicting = frozenset(e.victim for e in self.tracker.all())
-        generations = {k: j.generation for k, j in self.cache.jobs.items()}
+        generations = _Generations(self.cache.jobs)
         view = self._view(now, evicting, generations)
-        disruptions = node_disruptions(view.snapshot.nodes, now, self.config.failover)
+        # Only the NotReady and failed nodes (view.suspects) can disrupt or fail: not every node.
+        cfg, sizes = self.config.failover, view.scope_sizes
+        disruptions = node_disruptions(view.suspects, now, cfg, sizes)
         self._report_disruptions(disruptions)
-        self._disrupted_at = remember_disruptions(view.snapshot.nodes, disruptions, now, self._disrupted_at)
+        self._disrupted_at = remember_disruptions(view.suspects, disruptions, now, self._disrupted_at)
         view = with_disrupted_at(view, self._disrupted_at)
-        failed = failed_nodes(view.snapshot.nodes, now, self.config.failover)
+        failed = failed_nodes(view.suspects, now, cfg, sizes)
         self._advance_lifecycles(now, failed)
         self._advance_preemptions(now, view, failed)
         self._start_stops(view, now, failed)
@@ -288,6 +310,9 @@ class SchedulingLoop:
         """The core's decisions, or what it raised (handled by _finish, on the event loop)."""
         t0 = time.perf_counter()
         try:
+            if isinstance(self.schedule, IncrementalSchedule):
+                snap, delta = prep.view.snapshot, prep.view.delta
+                return self.schedule(snap, prep.now, self.config, explain=prep.explain, delta=delta)
             return self.schedule(prep.view.snapshot, prep.now, self.config, explain=prep.explain)
         except Exception as exc:
             return exc
@@ -330,8 +355,9 @@ class SchedulingLoop:
         )
         self.wake_at(min((t for t in (*timers, self._report_strays(now)) if t is not None), default=None))
         self.builder.forget_missing(self.cache)
-        for key in [k for k in self._refreshed_at if k not in self.cache.jobs]:
-            del self._refreshed_at[key]
+        if prep.explain:  # at a bounded rate: it walks every job refreshed lately
+            for key in [k for k in self._refreshed_at if k not in self.cache.jobs]:
+                del self._refreshed_at[key]
         self._last_cycle_s = time.perf_counter() - prep.started
         self.metrics.cycle.observe(self._last_cycle_s)
         if prep.explain:
@@ -371,7 +397,7 @@ class SchedulingLoop:
         )
         self._report = _Report(time.monotonic())
 
-    def _view(self, now: float, evicting: frozenset[str], generations: dict[str, int]) -> View:
+    def _view(self, now: float, evicting: frozenset[str], generations: Mapping[str, int]) -> View:
         return self.builder.build(
             self.cache,
             now,
@@ -669,13 +695,27 @@ class SchedulingLoop:
             self._call_off(off)
         if explained:
             self._explain_waiting(d, now)
-        for key, why in view.excluded.items():
-            job = self.cache.jobs.get(key)
-            if job is None or key in self.writer.busy:
+        self._write_blocked(view, now, explained)
+
+    def _write_blocked(self, view: View, now: float, explained: bool) -> None:
+        """The status of each job kept out whose exclusion or entry changed (or whose write could not
+        be handed over last time); in explaining cycles (a bounded rate) of every job kept out."""
+        if explained or view.changed is None:
+            keys: Iterable[str] = view.excluded
+        else:
+            keys = sorted((view.changed | self._blocked_again) & view.excluded.keys())
+        self._blocked_again = set()
+        for key in keys:
+            job, why = self.cache.jobs.get(key), view.excluded[key]
+            if job is None:
+                continue
+            if key in self.writer.busy:
+                self._blocked_again.add(key)
                 continue
             patch, events = intents.blocked_status(job, why, now)
-            if patch or events:
-                self.writer.submit(key, partial(self._patch, job, patch, events), minor=True)
+            write = partial(self._patch, job, patch, events)
+            if (patch or events) and not self.writer.submit(key, write, minor=True):
+                self._blocked_again.add(key)
 
     def _explain_waiting(self, d: Decisions, now: float) -> None:
         """Each waiting job's status from the core's Pending: meaningful changes at once (routine
@@ -773,23 +813,28 @@ class SchedulingLoop:
 
     # -- queues ------------------------------------------------------------------------------
     def _publish_queues(self, d: Decisions, view: View, now: float, explained: bool) -> None:
-        pending: dict[str, int] = {}
-        admitted: dict[str, int] = {}
-        admitting = {a.job for a in d.admit}
-        for job in view.snapshot.jobs:
-            target = admitted if job.running is not None or job.key in admitting else pending
-            target[job.queue] = target.get(job.queue, 0) + 1
-        for key in view.excluded:
-            entry = self.cache.jobs.get(key)
-            if entry is not None and entry.spec is not None:
-                pending[entry.spec.queue] = pending.get(entry.spec.queue, 0) + 1
+        pending, admitted = self._queue_counts(d, view)
         if explained:  # the pending gauges hold the last explained cycle's figures in between
             self._pending_figures = pending_figures(d.pending, view.excluded, self.cache.jobs)
         self.metrics.publish_figures(queue_figures(self.cache.queues, d, admitted), *self._pending_figures)
         cores = {q.name: q for q in view.snapshot.queues}
         over = queuehealth.over_quotas(cores, d.queue_usage)
+        recent = self.preemption_log.counts(now)
         for name, q in self.cache.queues.items():
             used, borrowed = d.queue_usage.get(name, 0), d.queue_borrowed.get(name, 0)
+            # Between explaining cycles only the queues whose own figures changed: a cohort-mate's
+            # usage (cannot_admit) and preemptions ageing out wait for the next (a bounded rate).
+            seen = (
+                q,
+                used,
+                borrowed,
+                pending.get(name, 0),
+                admitted.get(name, 0),
+                over.get(name),
+                recent.get(name),
+            )
+            if not explained and self._queues_seen.get(name) == seen:
+                continue
             conditions = _queue_conditions(q, cores, over, now)
             patch = st.patch(
                 q.status,
@@ -801,6 +846,27 @@ class SchedulingLoop:
                 recent_preemptions=[st.when(t) for t in self.preemption_log.times(name, now)],
             )
             key = f"gpuqueue/{name}"
-            if patch and key not in self.writer.busy:
+            if patch and key in self.writer.busy:
+                self._queues_seen.pop(name, None)  # look again next cycle
+                continue
+            self._queues_seen[name] = seen
+            if patch:
                 events = st.queue_warnings(q.status.conditions, conditions) if "conditions" in patch else ()
                 self.writer.submit(key, partial(self._patch_queue, q, patch, events), minor=True)
+        for name in [n for n in self._queues_seen if n not in self.cache.queues] if explained else ():
+            del self._queues_seen[name]
+
+    def _queue_counts(self, d: Decisions, view: View) -> tuple[dict[str, int], dict[str, int]]:
+        """Jobs waiting (or kept out) and admitted per queue: the builder's counts (kept as jobs
+        change), with this cycle's admissions moved from the first to the second."""
+        pending: dict[str, int] = {}
+        admitted: dict[str, int] = {}
+        for (queue, kind), n in view.tally.items():
+            target = admitted if kind == "running" else pending
+            target[queue] = target.get(queue, 0) + n
+        for a in d.admit:
+            counted = self.builder.tallied(a.job)
+            if counted is not None and counted[1] == "waiting":
+                pending[counted[0]] -= 1
+                admitted[counted[0]] = admitted.get(counted[0], 0) + 1
+        return pending, admitted

@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from sys import intern
 from typing import Any
 
 from pydantic import ValidationError
@@ -114,10 +115,11 @@ class JobEntry:
     parked: bool = False
     # Its owner's controller says it ended (Succeeded / Failed): it holds and waits for nothing.
     ended: str | None = None
+    # "namespace/name", made once (a cycle asks for it many times a job).
+    key: str = field(default="", compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
 
 
 def queued_since(job: JobEntry) -> float:
@@ -133,6 +135,10 @@ def queued_since(job: JobEntry) -> float:
 
 @dataclass(slots=True)
 class PodEntry:
+    """What the scheduler needs of a pod. The cache holds one per pod on a GPU node or of a gang
+    (100,000 at 10,000 nodes), so it is slotted, its repeated strings are interned and its requests
+    shared (parse_pod): docs/throughput.md has what one costs."""
+
     namespace: str
     name: str
     uid: str
@@ -150,12 +156,12 @@ class PodEntry:
     created_by: str | None = None  # annotation gpuq.dev/created-by: the admission that created it
     reason: str = ""  # why it failed, for messages
     status_reason: str = ""  # status.reason as the kubelet set it (e.g. OutOfnvidia.com/gpu)
-    labels: dict[str, str] = field(default_factory=dict)
     created_at: float | None = None  # metadata.creationTimestamp (API-server clock, 1 s resolution)
+    # "namespace/name", made once: the cache's tables share this one string.
+    key: str = field(default="", compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.namespace}/{self.name}"
 
     @property
     def live(self) -> bool:
@@ -281,6 +287,23 @@ def _failure_reason(status: Mapping[str, Any]) -> str:
     return status.get("reason") or status.get("message") or ""
 
 
+# Pods' requests by value: most pods ask for one of a few shapes, and each Resources with its
+# `extra` dict costs ~160 bytes. Bounded, so a cluster of many shapes only shares the first ones.
+_REQUESTS: dict[tuple[int, int, int, tuple[tuple[str, int], ...]], Resources] = {}
+SHARED_REQUESTS = 4096
+
+
+def _shared(r: Resources) -> Resources:
+    """An equal Resources already held, if any (never mutated: the core's model is frozen)."""
+    key = (r.gpus, r.cpu_millis, r.memory_bytes, tuple(sorted(r.extra.items())))
+    shared = _REQUESTS.get(key)
+    if shared is not None:
+        return shared
+    if len(_REQUESTS) < SHARED_REQUESTS:
+        _REQUESTS[key] = r
+    return r
+
+
 def parse_pod(body: Mapping[str, Any]) -> PodEntry:
     md, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
     labels = dict(md.get("labels") or {})
@@ -293,16 +316,17 @@ def parse_pod(body: Mapping[str, Any]) -> PodEntry:
     checkpoint, _ = (
         parse_checkpoint(annotations.get(meta.ANNOTATION_CHECKPOINT)) if job_name else (None, None)
     )
+    node_name = spec.get("nodeName") or None
     return PodEntry(
-        namespace=md["namespace"],
+        namespace=intern(md["namespace"]),
         name=md["name"],
         uid=md.get("uid", ""),
-        phase=status.get("phase", "Pending"),
-        node_name=spec.get("nodeName") or None,
-        scheduler_name=spec.get("schedulerName", "default-scheduler"),
-        requests=requests,
+        phase=intern(status.get("phase", "Pending")),
+        node_name=intern(node_name) if node_name else None,
+        scheduler_name=intern(spec.get("schedulerName", "default-scheduler")),
+        requests=_shared(requests),
         deleting=md.get("deletionTimestamp") is not None,
-        job=f"{md['namespace']}/{job_name}" if job_name else None,
+        job=intern(f"{md['namespace']}/{job_name}") if job_name else None,
         owner_uid=next(
             (o.get("uid") for o in md.get("ownerReferences") or [] if o.get("kind") == "TrainingJob"), None
         ),
@@ -314,7 +338,6 @@ def parse_pod(body: Mapping[str, Any]) -> PodEntry:
         checkpoint_requested=annotations.get(meta.ANNOTATION_CHECKPOINT_REQUESTED),
         created_by=annotations.get(meta.ANNOTATION_CREATED_BY),
         reason=_failure_reason(status) if status.get("phase") == "Failed" else "",
-        status_reason=str(status.get("reason") or ""),
-        labels=labels,
+        status_reason=intern(str(status.get("reason") or "")),
         created_at=parse_time(md.get("creationTimestamp")),
     )

@@ -30,7 +30,7 @@ import kopf
 
 from gpuq.api import crd, meta
 from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map, load_config
-from gpuq.controller.cache import ClusterCache
+from gpuq.controller.cache import GC_THRESHOLDS, ClusterCache
 from gpuq.controller.extender import ExtenderServer
 from gpuq.controller.informer import Informer
 from gpuq.controller.kubeapi import (
@@ -387,13 +387,6 @@ async def operate(
             )
         finally:
             await runtime.stop()
-
-
-# Python's collector scans young objects every 700 allocations and, now and then, everything the
-# cache holds: with 15,000 jobs that was a fifth of each scheduling cycle (bench/kueue_perf.py).
-# What the cache holds is freed by reference counting (it makes no cycles), so the collector runs
-# less often, and the objects of the first full list are frozen out of its scans.
-GC_THRESHOLDS = (50_000, 20, 20)
 
 
 def run_operator(options: OperatorOptions) -> int:

@@ -8,7 +8,9 @@ restart back-off expiring) so the loop can sleep until then instead of polling.
 
 from __future__ import annotations
 
+import heapq
 import os
+from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -18,26 +20,25 @@ from gpuq.api.gpuqueue import GPUQueueSpec, StopPolicy
 from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, PlacementEntry, TrainingJobSpec
 from gpuq.controller import selectors
 from gpuq.controller.cache import Assumed, ClusterCache
-from gpuq.controller.nodehealth import OUT_OF_SERVICE_TAINT, damped_until
-from gpuq.controller.objects import JobEntry, NodeEntry, newer, parse_time, queued_since
+from gpuq.controller.objects import JobEntry, newer, parse_time, queued_since
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
 from gpuq.controller.record import created_gang, finished_gang
 from gpuq.controller.resources import pod_requests
+from gpuq.controller.snapshot_nodes import NodeSide, Placement, bump, foreign_usage
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import PendingCode
+from gpuq.core.incremental import SnapshotDelta
 from gpuq.core.model import (
     Checkpoint,
     Constraints,
-    Health,
     Job,
     Node,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     PreferredTerm,
     Queue,
-    Resources,
     Running,
     Snapshot,
     TaintEffect,
@@ -46,6 +47,8 @@ from gpuq.core.model import (
     TopologyRequest,
     WorkerSpec,
 )
+
+SHAPES = 4096  # workers' shapes derived and kept (SnapshotBuilder._derive); more start afresh
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +91,16 @@ class View:
     # them running (a failed node fails them over), but once evicted they wait blocked, so a
     # re-placement the core decides for them in the cycle of their restart is not carried out.
     blocked: Mapping[str, Exclusion] = field(default_factory=dict)
+    # What changed since the builder's previous view, for the core's kept index (None: unknown).
+    delta: SnapshotDelta | None = field(default=None, compare=False)
+    # Jobs derived again for this view (None: all): only their exclusions can have changed.
+    changed: frozenset[str] | None = field(default=None, compare=False)
+    # The nodes that may fail gangs (NotReady or failed), and nodes per zone and in all: what
+    # gpuq.core.failover needs to find disruptions and failed nodes without walking every node.
+    suspects: tuple[Node, ...] = field(default=(), compare=False)
+    scope_sizes: Mapping[str, int] = field(default_factory=dict, compare=False)
+    # (queue, "running" | "waiting" | "excluded") -> jobs: the queue's job counts.
+    tally: Mapping[tuple[str, str], int] = field(default_factory=dict, compare=False)
 
 
 def with_recent_preemptions(queue: Queue, count: int) -> Queue:
@@ -98,49 +111,22 @@ def with_recent_preemptions(queue: Queue, count: int) -> Queue:
 
 
 def with_disrupted_at(view: View, memory: Mapping[str, float]) -> View:
-    """The view with Node.disrupted_at set from the loop's memory (gpuq.core.failover)."""
+    """The view with Node.disrupted_at set from the loop's memory (gpuq.core.failover). Its nodes
+    are then not the builder's: the core's index recovers the delta by comparing (rare: only while
+    a disruption holds NotReady nodes)."""
     if not memory:
         return view
-    nodes = tuple(
-        replace(n, disrupted_at=memory[n.name]) if n.name in memory else n for n in view.snapshot.nodes
-    )
-    return replace(view, snapshot=replace(view.snapshot, nodes=nodes))
+
+    def disrupted(nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+        return tuple(replace(n, disrupted_at=memory[n.name]) if n.name in memory else n for n in nodes)
+
+    snapshot = replace(view.snapshot, nodes=disrupted(view.snapshot.nodes))
+    return replace(view, snapshot=snapshot, suspects=disrupted(view.suspects), delta=None)
 
 
 def _earliest(times: Iterable[float | None]) -> float | None:
     real = [t for t in times if t is not None]
     return min(real) if real else None
-
-
-def node_path(name: str, labels: Mapping[str, str], topology: Topology) -> tuple[str, ...]:
-    """Domain of each level; a missing label does not split its parent (the node inherits the
-    parent's domain), so partially labelled clusters still get the levels they do label."""
-    path: list[str] = []
-    parent = ""
-    for level_label in topology.labels[:-1]:
-        parent = labels.get(level_label, parent)
-        path.append(parent)
-    return (*path, name)
-
-
-def node_health(node: NodeEntry) -> Health:
-    """What the shell knows for sure. NotReady (and the not-ready/unreachable taints that restate it)
-    is passed on as `not_ready_since`: the core applies the failover grace period itself."""
-    if node.deleting or any(
-        t.effect == TaintEffect.NO_EXECUTE and t.key == OUT_OF_SERVICE_TAINT for t in node.taints
-    ):
-        return Health.FAILED
-    if node.unschedulable:
-        return Health.CORDONED
-    return Health.HEALTHY
-
-
-def grace_ends(node: NodeEntry, now: float, grace: float) -> float | None:
-    """When a NotReady node's grace period ends (the loop wakes up then to fail it over)."""
-    if node.ready or node.not_ready_since is None:
-        return None
-    end = node.not_ready_since + grace
-    return end if end > now else None
 
 
 # The pod template is free-form in the CRD, so the shapes gpuq reads from it are checked here, once:
@@ -288,8 +274,8 @@ def unrecorded_gang(job: JobEntry, cache: ClusterCache) -> tuple[str, ...] | Non
 def gang_shortfall(job: JobEntry, cache: ClusterCache) -> Exclusion | None:
     """Why a gang gpuq did not create cannot be admitted yet: not every rank has exactly one pod,
     made by its owner's controller, waiting to be bound (no pod of it is bound until all are)."""
-    if job.source is None or job.spec is None:
-        return None
+    if job.source is None or job.spec is None or job.spec.suspend:
+        return None  # a gang its user suspended has no pods by design: it waits Suspended (_stop)
     replicas = job.spec.workers.replicas
     pods = cache.unclaimed_of(job.key, job.uid)
     counts = Counter(p.rank for p in pods if p.live and not p.deleting and p.rank is not None)
@@ -379,21 +365,18 @@ class _Row:
 
 @dataclass(frozen=True, slots=True)
 class _Inputs:
-    """What every job's row reads besides its own objects: a change rebuilds all rows."""
+    """What every job's row reads besides its own objects: a change rebuilds all rows. (Whether a
+    job is evicting or quarantined is read by its own row only: a change derives it alone.)"""
 
     config: SchedulerConfig
     queues: tuple[tuple[str, GPUQueueSpec | None, str | None], ...]
     namespaces: tuple[tuple[str, Mapping[str, str]], ...]
-    evicting: frozenset[str]
-    quarantined: tuple[tuple[str, int], ...]
 
     def same(self, other: _Inputs | None) -> bool:
         """Equal, with specs and label maps compared by identity (the cache replaces what changes)."""
         return (
             other is not None
             and self.config is other.config
-            and self.evicting == other.evicting
-            and self.quarantined == other.quarantined
             and len(self.queues) == len(other.queues)
             and all(
                 a[0] == b[0] and a[1] is b[1] and a[2] == b[2]
@@ -407,32 +390,109 @@ class _Inputs:
 
 
 @dataclass(slots=True)
-class _NodeMemo:
-    entry: NodeEntry
-    others: Resources
-    flapping: bool
-    node: Node
+class _Kept:
+    """The last build's results, kept so the next updates them for what changed only."""
+
+    rows: dict[str, _Row] = field(default_factory=dict)
+    candidates: set[str] = field(default_factory=set)  # rows not kept out before placement
+    excluded: dict[str, Exclusion] = field(default_factory=dict)
+    blocked: dict[str, Exclusion] = field(default_factory=dict)
+    held: dict[str, Holding] = field(default_factory=dict)
+    stopping: dict[str, str] = field(default_factory=dict)
+    placements: dict[str, Placement] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)  # the snapshot's jobs
+    order: list[str] = field(default_factory=list)  # their keys, sorted
+    jobs_tuple_: tuple[Job, ...] | None = None  # the snapshot's jobs, while none changed
+    wakes: dict[str, float] = field(default_factory=dict)  # when a job's notBefore passes
+    expiring: list[tuple[float, str]] = field(default_factory=list)  # heap: rows valid until then
+    tally: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (queue, kind) counted
+    counts: Counter[tuple[str, str]] = field(default_factory=Counter)
+    nodes: NodeSide = field(default_factory=NodeSide)
+    sized: tuple[int, int, bool] | None = None
+    snapshot: Snapshot | None = None
+    copies: dict[str, dict[str, Any]] = field(default_factory=dict)  # what views were given
+
+    def put(self, table: str, key: str, value: Any) -> None:
+        """Set the job's entry in one of the view's tables (None: drop it)."""
+        t: dict[str, Any] = getattr(self, table)
+        if t.get(key) != value:
+            _put(t, key, value)
+            self.copies.pop(table, None)
+
+    def shown(self, table: str) -> dict[str, Any]:
+        """A copy of the table for a view, made again only after it changed (views outlive builds)."""
+        copy = self.copies.get(table)
+        if copy is None:
+            copy = self.copies[table] = dict(getattr(self, table))
+        return copy
+
+    def set_job(self, key: str, job: Job | None, delta: list[Job], removed: list[str]) -> None:
+        """The job's Job in the snapshot (None: not in it), noting the change for the core."""
+        old = self.jobs.get(key)
+        if old is job:
+            return
+        self.jobs_tuple_ = None
+        if job is None:
+            del self.jobs[key]
+            del self.order[bisect_left(self.order, key)]
+            removed.append(key)
+            return
+        if old is None:
+            insort(self.order, key)
+        self.jobs[key] = job
+        delta.append(job)
+
+    def jobs_tuple(self) -> tuple[Job, ...]:
+        if self.jobs_tuple_ is None:
+            self.jobs_tuple_ = tuple(map(self.jobs.__getitem__, self.order))
+        return self.jobs_tuple_
+
+    def count(self, key: str, tally: tuple[str, str] | None) -> None:
+        """Count the job in its queue as `tally` (None: not at all)."""
+        old = self.tally.get(key)
+        if old == tally:
+            return
+        if old is not None:
+            bump(self.counts, old, -1)
+        if tally is None:
+            del self.tally[key]
+        else:
+            self.tally[key] = tally
+            bump(self.counts, tally, 1)
+
+
+def _put(table: dict[str, Any], key: str, value: Any) -> None:
+    """Set `key` to `value`, or drop it when `value` is None."""
+    if value is None:
+        table.pop(key, None)
+    else:
+        table[key] = value
 
 
 class SnapshotBuilder:
-    """Turns the cache into a View. Per job and per node it keeps what it derived last time and
-    reuses it (the very same object) while the inputs are unchanged: a cycle after a few watch
-    events costs O(jobs + nodes) identity checks, and the core's kept index sees few deltas."""
+    """Turns the cache into a View. Per job and per node it keeps what it derived last time, and the
+    view's parts (snapshot jobs and nodes, exclusions, placements held, per-queue tallies) as running
+    results: a build derives again only the jobs and nodes the cache reports changed (watch events)
+    and those whose time has come, and hands the core's kept index exactly those changes
+    (`View.delta`). A change every job reads (queues, namespaces, the config) derives all again."""
 
     def __init__(self, verify: bool | None = None) -> None:
-        # GPUQ_VERIFY_SNAPSHOT=1: every build also derives every job afresh and fails loudly where
-        # a kept row differs (slow: for tests and debugging).
+        # GPUQ_VERIFY_SNAPSHOT=1: every build is also made by a fresh builder and fails loudly where
+        # the two differ (slow: for tests, debugging and the benchmark's debug mode).
         self.verify = os.environ.get("GPUQ_VERIFY_SNAPSHOT") == "1" if verify is None else verify
-        self._rows: dict[str, _Row] = {}
         self._inputs: _Inputs | None = None
         self._cache: ClusterCache | None = None
         self._changed_jobs: set[str] = set()  # filled by the cache (watch_jobs)
+        self._touched_nodes: set[str] = set()  # filled by the cache (watch_nodes)
         self._derived: dict[str, tuple[int, str, WorkerSpec | None, Constraints | None, str | None]] = {}
+        self._shapes: dict[str, tuple[WorkerSpec | None, Constraints | None, str | None]] = {}
         self._jobs: dict[str, _JobMemo] = {}
-        self._nodes_memo: dict[str, _NodeMemo] = {}
         self._config: SchedulerConfig | None = None  # the memos hold for this config only
-        self._others: dict[str, Resources] | None = None  # other pods' usage per node (kept)
-        self._held: dict[str, Holding] = {}  # the placements `_others` was summed against
+        self._queues: dict[str, tuple[GPUQueueSpec, int, Queue]] = {}  # name -> (spec, recent, core)
+        self._evicting: frozenset[str] = frozenset()
+        self._quarantined: frozenset[str] = frozenset()
+        self._gone: set[str] = set()  # jobs deleted since forget_missing last ran
+        self._kept = _Kept()
 
     def _derive(
         self, job: JobEntry, spec: TrainingJobSpec
@@ -440,41 +500,58 @@ class SnapshotBuilder:
         memo = self._derived.get(job.key)
         if memo is not None and memo[0] == job.generation and memo[1] == job.uid:
             return memo[2], memo[3], memo[4]
-        try:
-            check_template(spec.workers.template)
-            workers, cons, err = worker_spec(job, spec), constraints(spec), None
-        except (TemplateError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            workers, cons, err = None, None, str(exc)
-        self._derived[job.key] = (job.generation, job.uid, workers, cons, err)
-        return workers, cons, err
+        # Most jobs share their workers' shape: derived once per shape (rendering a worker pod to
+        # read its requests was 40% of a first cycle at 15,000 jobs). The repr of the JSON-shaped
+        # inputs is the key: equal reprs, equal inputs (a different key order only misses).
+        w = spec.workers
+        shape = repr((w.template, w.replicas, w.gpus_per_worker, w.gpu_models, w.mixed_models))
+        derived = self._shapes.get(shape)
+        if derived is None:
+            try:
+                check_template(w.template)
+                derived = worker_spec(job, spec), constraints(spec), None
+            except (TemplateError, ValueError, KeyError, TypeError, AttributeError) as exc:
+                derived = None, None, str(exc)
+            if len(self._shapes) >= SHAPES:
+                self._shapes.clear()
+            self._shapes[shape] = derived
+        self._derived[job.key] = (job.generation, job.uid, *derived)
+        return derived
 
     def close(self) -> None:
-        """Stop collecting changed jobs (the builder's loop is over)."""
+        """Stop collecting changed jobs and nodes (the builder's loop is over)."""
         if self._cache is not None:
             self._cache.unwatch_jobs(self._changed_jobs)
+            self._cache.unwatch_nodes(self._touched_nodes)
             self._cache = None
 
-    def _changed_since_last(self, cache: ClusterCache, inputs: _Inputs) -> set[str] | None:
-        """The jobs to derive again this build, or None for all of them."""
+    def _changed_since_last(
+        self, cache: ClusterCache, inputs: _Inputs, evicting: frozenset[str], quarantined: frozenset[str]
+    ) -> set[str] | None:
+        """The jobs to derive again this build, or None for all of them (and every node)."""
+        every = False
         if cache is not self._cache:
             self.close()
-            self._cache, self._changed_jobs = cache, cache.watch_jobs()
-            self._inputs, self._rows = inputs, {}
-            return None
+            self._cache = cache
+            self._changed_jobs, self._touched_nodes = cache.watch_jobs(), cache.watch_nodes()
+            every = True
         changed = set(self._changed_jobs)
         self._changed_jobs.clear()
-        if not inputs.same(self._inputs):
+        # Whether a job is evicting or quarantined is read by its own row only.
+        changed |= (evicting ^ self._evicting) | (quarantined ^ self._quarantined)
+        self._evicting, self._quarantined = evicting, quarantined
+        if every or not inputs.same(self._inputs):
             self._inputs = inputs
             return None
         return changed
 
     def forget_missing(self, cache: ClusterCache) -> None:
-        for key in [k for k in self._derived if k not in cache.jobs]:
-            del self._derived[key]
-        for key in [k for k in self._jobs if k not in cache.jobs]:
-            del self._jobs[key]
-        for name in [n for n in self._nodes_memo if n not in cache.nodes]:
-            del self._nodes_memo[name]
+        """Drop what was derived from jobs deleted since the last call."""
+        for key in self._gone:
+            if key not in cache.jobs:
+                self._derived.pop(key, None)
+                self._jobs.pop(key, None)
+        self._gone.clear()
 
     def _memo(self, job: JobEntry, cache: ClusterCache, topo: Topology, evicting: bool) -> _JobMemo:
         assumed = cache.assumed.get(job.key)
@@ -505,6 +582,22 @@ class SnapshotBuilder:
             self._jobs[job.key] = m
         return m
 
+    def _core_queues(self, cache: ClusterCache, recent: Mapping[str, int]) -> tuple[Queue, ...]:
+        """Every valid queue as the core sees it, converted again only when its spec or its recent
+        preemptions changed."""
+        out = []
+        for name, q in sorted(cache.queues.items()):
+            if q.spec is None:
+                continue
+            count = recent.get(name, 0)
+            m = self._queues.get(name)
+            if m is None or m[0] is not q.spec or m[1] != count:
+                m = self._queues[name] = (q.spec, count, with_recent_preemptions(q.spec.to_core(name), count))
+            out.append(m[2])
+        for name in [n for n in self._queues if n not in cache.queues]:
+            del self._queues[name]
+        return tuple(out)
+
     def build(
         self,
         cache: ClusterCache,
@@ -517,93 +610,134 @@ class SnapshotBuilder:
         """`evicting`: victims asked to checkpoint or being deleted (they still hold their nodes).
         `quarantined`: jobs the core failed on (gpuq.controller.quarantine), kept out."""
         if config is not self._config:
-            self._config, self._jobs, self._nodes_memo = config, {}, {}
+            self._config, self._jobs = config, {}
         topo = config.topology
         # Gangs of other owners may name a level by its node label (Kueue's topology annotations).
         cache.set_topology_labels(dict(zip(topo.labels, topo.levels, strict=True)))
-        excluded: dict[str, Exclusion] = {}
-        blocked: dict[str, Exclusion] = {}
-        held: dict[str, Holding] = {}
-        stopping: dict[str, str] = {}
-        recent = recent_preemptions or {}
-        queues = {
-            name: with_recent_preemptions(q.spec.to_core(name), recent.get(name, 0))
-            for name, q in sorted(cache.queues.items())
-            if q.spec is not None
-        }
+        queues = self._core_queues(cache, recent_preemptions or {})
         inputs = _Inputs(
             config,
             tuple((name, q.spec, q.error) for name, q in sorted(cache.queues.items())),
             tuple(sorted(cache.namespaces.items(), key=lambda kv: kv[0])),
-            evicting,
-            tuple(sorted((quarantined or {}).items())),
         )
-        changed = self._changed_since_last(cache, inputs)
-        rows = self._rows_for(cache, topo, evicting, quarantined or {}, changed)
-        if self.verify and changed is not None:
-            self._verify_rows(rows, self._rows_for(cache, topo, evicting, quarantined or {}, None))
-        self._rows = rows
-        # Pass 1: which jobs hold placements (they shape node usage and health).
-        candidates: list[tuple[str, _Row]] = []
-        for key, row in rows.items():
-            if row.memo is None:
-                continue
-            if row.excluded is not None:
-                excluded[key] = row.excluded
-                continue
-            if row.blocked is not None:
-                blocked[key] = row.blocked
-            candidates.append((key, row))
-            hold = row.memo.hold
-            if hold is not None:
-                held[key] = hold
-                if row.stopping:
-                    stopping[key] = row.stopping
+        out = frozenset(quarantined or ())
+        changed = self._changed_since_last(cache, inputs, evicting, out)
+        base = self._kept.snapshot
+        if changed is None:
+            base, self._kept = None, _Kept()
+            changed = set(cache.jobs)
+            self._gone.update(key for key in (*self._derived, *self._jobs) if key not in cache.jobs)
+            self._touched_nodes.update(cache.nodes, cache.pods_by_node)
+        k = self._kept
+        self._gone |= {key for key in changed if key not in cache.jobs}
+        for key in changed:
+            self._first_half(key, cache, topo, key in evicting, key in out)
+        if base is None:
+            k.nodes.dirty_jobs.clear()  # every node is looked at: no need to find the placements' nodes
+        node_delta, came_or_went = k.nodes.update(cache, self._touched_nodes, now, config)
+        sized = k.nodes.sized()
+        if sized != k.sized:
+            changed |= k.candidates
+            k.sized = sized
+        while k.expiring and k.expiring[0][0] <= now:
+            changed.add(heapq.heappop(k.expiring)[1])
+        job_delta: list[Job] = []
+        removed: list[str] = []
+        for key in sorted(changed):  # in key order: new keys append to k.order
+            self._second_half(key, cache, sized, now, job_delta, removed)
+        snapshot = Snapshot(
+            topology=topo,
+            nodes=k.nodes.snapshot_nodes(),
+            queues=queues,
+            jobs=k.jobs_tuple(),
+        )
+        delta = None
+        if base is not None and not came_or_went:
+            delta = SnapshotDelta(tuple(node_delta), (), tuple(job_delta), tuple(sorted(removed)), base)
+        k.snapshot = snapshot
+        wake = _earliest([k.nodes.wake_at(), min(k.wakes.values(), default=None)])
+        view = View(
+            snapshot,
+            k.shown("excluded"),
+            k.shown("held"),
+            wake,
+            k.shown("stopping"),
+            k.shown("blocked"),
+            delta=delta,
+            changed=frozenset(changed) if base is not None else None,
+            suspects=tuple(k.nodes.suspects[n] for n in sorted(k.nodes.suspects)),
+            scope_sizes=dict(k.nodes.sizes),
+            tally=dict(k.counts),
+        )
+        if self.verify:
+            self._verify(view, cache, now, config, evicting, quarantined, recent_preemptions)
+        return view
 
-        nodes, wake_nodes = self._nodes(cache, now, config, held)
-        capacity = [n for n in nodes if n.health != Health.FAILED]
-        total_gpus = sum(n.allocatable.gpus for n in capacity)
-        largest = max((n.allocatable.gpus for n in capacity), default=0)
-        sized = (total_gpus, largest, bool(nodes))
+    def tallied(self, key: str) -> tuple[str, str] | None:
+        """The queue the last build counted the job in, and as what (View.tally); None: not counted."""
+        return self._kept.tally.get(key)
 
-        jobs: list[Job] = []
-        wake_jobs: list[float | None] = []
-        for key, row in candidates:
+    def _first_half(self, key: str, cache: ClusterCache, topo: Topology, evicting: bool, out: bool) -> None:
+        """A job's row again, and what follows from it before the nodes are known."""
+        k = self._kept
+        job = cache.jobs.get(key)
+        row = self._row(job, cache, topo, evicting, out) if job is not None else None
+        candidate = row is not None and row.memo is not None and row.excluded is None
+        if row is None:
+            k.rows.pop(key, None)
+        else:
+            k.rows[key] = row
+        k.put("excluded", key, row.excluded if row is not None and row.memo is not None else None)
+        k.put("blocked", key, row.blocked if candidate and row is not None else None)
+        hold = row.memo.hold if candidate and row is not None and row.memo is not None else None
+        k.put(
+            "stopping", key, row.stopping if hold is not None and row is not None and row.stopping else None
+        )
+        k.put("held", key, hold)
+        uid = job.uid if job is not None else ""
+        k.nodes.hold(
+            key,
+            k.placements.get(key),
+            ((uid, hold.attempt), hold.placement) if hold is not None else None,
+        )
+        _put(k.placements, key, ((uid, hold.attempt), hold.placement) if hold is not None else None)
+        if candidate:
+            k.candidates.add(key)
+        else:
+            k.candidates.discard(key)
+
+    def _second_half(
+        self,
+        key: str,
+        cache: ClusterCache,
+        sized: tuple[int, int, bool],
+        now: float,
+        delta: list[Job],
+        removed: list[str],
+    ) -> None:
+        """A job's part after the nodes: too big for the cluster, or its core Job in the snapshot."""
+        k = self._kept
+        row = k.rows.get(key)
+        job: Job | None = None
+        if key in k.candidates and row is not None:
             if row.sized != sized or now >= row.until:
                 self._size_row(cache.jobs[key], row, sized, now)
-            elif self.verify:
-                # On a copy whose Job is built afresh: the kept memo must not vouch for itself.
-                fresh = replace(row, memo=replace(row.memo, job=None) if row.memo is not None else None)
-                _verify_sized(key, row, self._size_row(cache.jobs[key], fresh, sized, now))
-            if row.too_big is not None:
-                excluded[key] = row.too_big
-                continue
-            if row.wake is not None:
-                wake_jobs.append(row.wake)
-            assert row.memo is not None and row.memo.job is not None
-            jobs.append(row.memo.job)
-        snapshot = Snapshot(
-            topology=topo, nodes=tuple(nodes), queues=tuple(queues.values()), jobs=tuple(jobs)
-        )
-        return View(snapshot, excluded, held, _earliest([*wake_nodes, *wake_jobs]), stopping, blocked)
-
-    def _rows_for(
-        self,
-        cache: ClusterCache,
-        topo: Topology,
-        evicting: frozenset[str],
-        quarantined: Mapping[str, int],
-        changed: set[str] | None,
-    ) -> dict[str, _Row]:
-        """Every job's row, in key order: the last build's where nothing it read changed."""
-        rows: dict[str, _Row] = {}
-        last = self._rows
-        for key in sorted(cache.jobs):
-            row = last.get(key) if changed is not None and key not in changed else None
-            if row is None:
-                row = self._row(cache.jobs[key], cache, topo, key in evicting, key in quarantined)
-            rows[key] = row
-        return rows
+                if row.until != float("inf"):
+                    heapq.heappush(k.expiring, (row.until, key))
+            k.put("excluded", key, row.too_big)
+            if row.too_big is None:
+                job = row.memo.job if row.memo is not None else None
+            _put(k.wakes, key, row.wake if job is not None else None)
+        else:
+            k.wakes.pop(key, None)
+        k.set_job(key, job, delta, removed)
+        entry = cache.jobs.get(key)
+        if job is not None:
+            k.count(key, (job.queue, "running" if job.running is not None else "waiting"))
+        elif key in k.excluded and entry is not None and entry.spec is not None:
+            k.count(key, (entry.spec.queue, "excluded"))
+        else:
+            k.count(key, None)
 
     def _row(
         self, job: JobEntry, cache: ClusterCache, topo: Topology, evicting: bool, quarantined: bool
@@ -670,21 +804,6 @@ class SnapshotBuilder:
             memo.job_args = args
         return row
 
-    def _verify_rows(self, kept: Mapping[str, _Row], fresh: Mapping[str, _Row]) -> None:
-        """GPUQ_VERIFY_SNAPSHOT: the rows kept from earlier builds must be what deriving gives now."""
-        for key in kept.keys() | fresh.keys():
-            a, b = kept.get(key), fresh.get(key)
-            same = (
-                a is not None
-                and b is not None
-                and (a.memo is None) == (b.memo is None)
-                and (a.memo is None or b.memo is None or a.memo.hold == b.memo.hold)
-                and (a.excluded, a.blocked, a.stops) == (b.excluded, b.blocked, b.stops)
-                and a.stopping == b.stopping
-            )
-            if not same:
-                raise AssertionError(f"snapshot row of {key} kept from an earlier build differs: {a} != {b}")
-
     def _modelled_while_held(self, job: JobEntry, why: Exclusion) -> bool:
         """Whether a job that holds a placement but would be kept out if it waited (its queue was
         deleted, turned invalid or no longer admits its namespace, a topology level is gone) can
@@ -723,111 +842,36 @@ class SnapshotBuilder:
             return Exclusion("InvalidPodTemplate", err)
         return None
 
-    def _others_by_node(self, cache: ClusterCache, held: Mapping[str, Holding]) -> dict[str, Resources]:
-        """Other pods' usage per node, re-summed only on nodes whose bound pods changed or that hold
-        pods of a job whose placement changed (which decides whether its pods count as ours)."""
-        ours = _ours(cache, held)
-        dirty = cache.take_touched_nodes()
-        if self._others is None:
-            self._others, dirty = {}, set(cache.pods_by_node)
-        prev = self._held
-        for key in prev.keys() | held.keys():
-            if prev.get(key) != held.get(key):
-                dirty.update(p.node_name for p in cache.pods_of(key) if p.node_name is not None)
-        self._held = dict(held)
-        for node in dirty:
-            usage = _foreign_usage(cache, cache.pods_by_node.get(node, ()), ours)
-            if usage == Resources():
-                self._others.pop(node, None)
-            else:
-                self._others[node] = usage
-        return self._others
-
     def foreign_gpus(self, cache: ClusterCache) -> Callable[[str], int]:
         """Other pods' GPUs on a node as the cache holds them now, by the rule the last snapshot
-        summed them with (pods of the placements it held are gpuq's; see `_foreign_usage`). Pods of
+        summed them with (pods of the placements it held are gpuq's; see `foreign_usage`). Pods of
         a gang admitted since count twice, as reserved and as other pods, until the next snapshot:
         the safe side, and their bindings wake that cycle."""
-        ours = _ours(cache, self._held)
-        return lambda node: _foreign_usage(cache, cache.pods_by_node.get(node, ()), ours).gpus
+        ours = self._kept.nodes.ours
+        return lambda node: foreign_usage(cache, cache.pods_by_node.get(node, ()), ours).gpus
 
-    def _nodes(
-        self, cache: ClusterCache, now: float, config: SchedulerConfig, held: Mapping[str, Holding]
-    ) -> tuple[list[Node], list[float | None]]:
-        topo = config.topology
-        others = self._others_by_node(cache, held)
-        nodes: list[Node] = []
-        wake: list[float | None] = []
-        nothing = Resources()
-        for name in sorted(cache.nodes):
-            entry = cache.nodes[name]
-            wake.append(grace_ends(entry, now, config.failover.not_ready_grace_seconds))
-            damped = damped_until(entry, now, config.failover)
-            wake.append(damped)
-            used = others.get(name, nothing)
-            m = self._nodes_memo.get(name)
-            if m is None or m.entry is not entry or m.others != used or m.flapping != (damped is not None):
-                # The device plugin lowers allocatable below capacity when GPUs turn unhealthy.
-                lost_gpus = entry.capacity_gpus > entry.allocatable.gpus
-                node = Node(
-                    name=name,
-                    allocatable=entry.allocatable,
-                    path=node_path(name, entry.labels, topo),
-                    labels=entry.labels,
-                    health=node_health(entry),
-                    taints=entry.taints,
-                    gpu_model=entry.labels.get(config.gpu_model_label),
-                    used_by_others=used,
-                    not_ready_since=None if entry.ready else entry.not_ready_since,
-                    healthy_gpus=entry.allocatable.gpus if lost_gpus else None,
-                    flapping=damped is not None,
-                )
-                m = self._nodes_memo[name] = _NodeMemo(entry, used, damped is not None, node)
-            nodes.append(m.node)
-        # Nodes deleted under running jobs: keep them, failed, so the core plans the failover.
-        gone = sorted({n for h in held.values() for n in h.placement} - cache.nodes.keys())
-        for name in gone:
-            nodes.append(
-                Node(
-                    name=name,
-                    allocatable=Resources(),
-                    path=(*[f"~{name}"] * (len(topo.levels) - 1), name),
-                    health=Health.FAILED,
-                )
-            )
-        return nodes, wake
-
-
-def _ours(cache: ClusterCache, held: Mapping[str, Holding]) -> set[tuple[str, int]]:
-    """(job uid, attempt) of each held placement: the pods gpuq counts through the placement."""
-    return {(cache.jobs[key].uid, h.attempt) for key, h in held.items() if key in cache.jobs}
-
-
-def _foreign_usage(cache: ClusterCache, pods: Iterable[str], ours: set[tuple[str, int]]) -> Resources:
-    """The requests of these live bound pods (keys) that no held gpuq placement accounts for (other
-    schedulers' pods, and ours of attempts no longer current). Plain ints: it runs per pod."""
-    g = c = m = 0
-    extra: dict[str, int] = {}
-    for key in pods:
-        pod = cache.pods.get(key)
-        if pod is None or pod.node_name is None or not pod.live:
-            continue
-        if pod.owner_uid is not None and (pod.owner_uid, pod.attempt) in ours:
-            continue  # counted through the job's placement
-        r = pod.requests
-        g, c, m = g + r.gpus, c + r.cpu_millis, m + r.memory_bytes
-        for k, v in r.extra.items():
-            extra[k] = extra.get(k, 0) + v
-    return Resources(g, c, m, extra)
-
-
-def _verify_sized(key: str, kept: _Row, fresh: _Row) -> None:
-    """GPUQ_VERIFY_SNAPSHOT: a job's kept second half must be what deriving it gives now."""
-    # Its Job counts only when it is in the snapshot (a job too big keeps an older, unused one).
-    kept_job = kept.memo.job if kept.memo is not None and kept.too_big is None else None
-    fresh_job = fresh.memo.job if fresh.memo is not None and fresh.too_big is None else None
-    if (kept.too_big, kept.wake, kept_job) != (fresh.too_big, fresh.wake, fresh_job):
-        raise AssertionError(f"snapshot row of {key} kept from an earlier build differs: {kept} != {fresh}")
+    def _verify(
+        self,
+        view: View,
+        cache: ClusterCache,
+        now: float,
+        config: SchedulerConfig,
+        evicting: frozenset[str],
+        quarantined: Mapping[str, int] | None,
+        recent: Mapping[str, int] | None,
+    ) -> None:
+        """GPUQ_VERIFY_SNAPSHOT: the kept build must be what a fresh builder makes of the cache now."""
+        fresh_builder = SnapshotBuilder(verify=False)
+        try:
+            fresh = fresh_builder.build(cache, now, config, evicting, quarantined, recent)
+        finally:
+            fresh_builder.close()
+        parts = ("snapshot", "excluded", "holding", "wake_at", "stopping", "blocked", "tally", "scope_sizes")
+        for part in parts:
+            if getattr(view, part) != getattr(fresh, part):
+                raise AssertionError(f"kept snapshot build differs from a fresh one in {part}")
+        if view.suspects != fresh.suspects:
+            raise AssertionError("kept snapshot build differs from a fresh one in its suspect nodes")
 
 
 def _too_big(spec: TrainingJobSpec, total_gpus: int, largest: int) -> str | None:

@@ -165,6 +165,75 @@ class OperatorProcess:
             return ""
 
 
+def owner_pod_template(
+    gpus: int, annotations: Mapping[str, str] | None = None, container: str = "train"
+) -> dict[str, Any]:
+    """The pod template of a Job or PyTorchJob that opted in to gpuq: its pods ask for the gpuq
+    scheduler and `gpus` GPUs each (docs/existing-workloads.md)."""
+    limits = {"nvidia.com/gpu": str(gpus)}
+    return {
+        "metadata": {"annotations": dict(annotations or {})},
+        "spec": {
+            "schedulerName": "gpuq",
+            "containers": [{"name": container, "image": "trainer:1", "resources": {"limits": limits}}],
+        },
+    }
+
+
+def indexed_job_body(
+    name: str,
+    queue: str,
+    workers: int,
+    gpus: int,
+    annotations: Mapping[str, str] | None = None,
+    backoff_limit: int = 6,
+) -> dict[str, Any]:
+    """A batch/v1 Indexed Job as a pipeline emits it, plus the opt-in: the queue label and gpuq as
+    its pods' scheduler."""
+    template = owner_pod_template(gpus, annotations)
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {meta.LABEL_QUEUE: queue}},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": workers,
+            "parallelism": workers,
+            "backoffLimit": backoff_limit,
+            "template": template,
+        },
+    }
+
+
+def pytorchjob_body(
+    name: str,
+    queue: str,
+    workers: int,
+    gpus: int,
+    annotations: Mapping[str, str] | None = None,
+    priority: int | None = None,
+    restart: str = "OnFailure",
+) -> dict[str, Any]:
+    """A Kubeflow PyTorchJob (one Master, `workers - 1` Workers) as its users write it, plus the
+    opt-in. With restartPolicy Never the training-operator fails the job when a pod is lost (a node
+    failure); OnFailure lets it make the pod again, and gpuq fail the gang over."""
+
+    def replicas(count: int) -> dict[str, Any]:
+        template = owner_pod_template(gpus, annotations, container="pytorch")
+        return {"replicas": count, "restartPolicy": restart, "template": template}
+
+    labels = {meta.LABEL_QUEUE: queue}
+    if priority is not None:
+        labels[meta.LABEL_PRIORITY] = str(priority)
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"pytorchReplicaSpecs": {"Master": replicas(1), "Worker": replicas(workers - 1)}},
+    }
+
+
 class GpuqClient:
     """TrainingJobs and GPUQueues through the official client, as plain dicts."""
 

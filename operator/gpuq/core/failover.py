@@ -100,14 +100,20 @@ def held(node: Node, active: Mapping[str, Disruption]) -> bool:
     return WHOLE_CLUSTER in active or (zone is not None and zone in active)
 
 
-def node_disruptions(nodes: Sequence[Node], now: float, cfg: FailoverConfig) -> dict[str, Disruption]:
-    """Active disruptions of a node list (the shell's view; the core uses the index's counts)."""
+def node_disruptions(
+    nodes: Sequence[Node], now: float, cfg: FailoverConfig, sizes: Mapping[str, int] | None = None
+) -> dict[str, Disruption]:
+    """Active disruptions of a node list (the shell's view; the core uses the index's counts).
+    With `sizes` (scope_sizes of the whole cluster), `nodes` need hold only the NotReady and failed
+    ones: the shell keeps those apart, so a cycle need not walk every node."""
     not_ready = [
         (zone_of(nd), nd.not_ready_since)
         for nd in nodes
         if nd.not_ready_since is not None and nd.health is not Health.FAILED
     ]
-    return disruptions(not_ready, scope_sizes(nodes), now, cfg) if not_ready else {}
+    if not not_ready:
+        return {}
+    return disruptions(not_ready, scope_sizes(nodes) if sizes is None else sizes, now, cfg)
 
 
 def remember_disruptions(
@@ -140,10 +146,13 @@ def not_ready_failed(nd: Node, now: float, cfg: FailoverConfig, active: Mapping[
     return start is not None and now - start >= cfg.not_ready_grace_seconds and not held(nd, active)
 
 
-def failed_nodes(nodes: Sequence[Node], now: float, cfg: FailoverConfig) -> frozenset[str]:
+def failed_nodes(
+    nodes: Sequence[Node], now: float, cfg: FailoverConfig, sizes: Mapping[str, int] | None = None
+) -> frozenset[str]:
     """Nodes that fail every gang on them now for health alone (FAILED, or NotReady past the grace
-    period and not held by a disruption): the shell force-deletes pods there."""
-    active = node_disruptions(nodes, now, cfg)
+    period and not held by a disruption): the shell force-deletes pods there. `sizes`: as for
+    node_disruptions."""
+    active = node_disruptions(nodes, now, cfg, sizes)
     return frozenset(
         nd.name for nd in nodes if nd.health is Health.FAILED or not_ready_failed(nd, now, cfg, active)
     )

@@ -1,10 +1,12 @@
-"""A ClusterIndex kept across cycles by a caller that only has whole snapshots (the operator).
+"""A ClusterIndex kept across cycles by a caller that hands over whole snapshots (the operator).
 
-The simulator knows exactly what changed and feeds the index its deltas; the operator builds a
-fresh Snapshot from its cache each cycle. `snapshot_delta` recovers the deltas by comparing the two
-snapshots (objects the caller reused compare by identity, the rest by value), and
-`IncrementalSchedule` applies them before calling `schedule`: decisions are identical to a fresh
-index's (the index rebuilds itself whenever the deltas do not add up), only the cost differs.
+The simulator knows exactly what changed and feeds the index its deltas. The operator's snapshot
+builder knows it too (its cache is told by watch events) and hands `IncrementalSchedule` the delta
+from the snapshot it built before (`SnapshotDelta.base`); when it cannot (no delta, or the index
+holds another snapshot), `snapshot_delta` recovers the deltas by comparing the two snapshots
+(objects the caller reused compare by identity, the rest by value). Either way decisions are
+identical to a fresh index's (the index rebuilds itself whenever the deltas do not add up), only
+the cost differs; `verify=True` checks that on every call.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class SnapshotDelta:
     removed_nodes: tuple[str, ...]
     jobs: tuple[Job, ...]  # added or changed
     removed_jobs: tuple[str, ...]
+    base: Snapshot | None = None  # the snapshot these changes apply to (None: unknown)
 
     @property
     def size(self) -> int:
@@ -50,29 +53,66 @@ def snapshot_delta(old: Snapshot, new: Snapshot) -> SnapshotDelta:
     return SnapshotDelta(nodes, removed_nodes, jobs, removed_jobs)
 
 
+def _covers(handed: SnapshotDelta, recovered: SnapshotDelta) -> None:
+    """Verify mode: the caller's delta names every object that comparing the snapshots finds changed
+    (it may name more: an object rebuilt equal costs a little, one missed decides on a stale view)."""
+    missing = (
+        {n.name for n in recovered.nodes} - {n.name for n in handed.nodes},
+        set(recovered.removed_nodes) - set(handed.removed_nodes),
+        {j.key for j in recovered.jobs} - {j.key for j in handed.jobs},
+        set(recovered.removed_jobs) - set(handed.removed_jobs),
+    )
+    if any(missing):
+        raise AssertionError(f"the caller's delta misses changes (nodes, removed, jobs, removed): {missing}")
+
+
 class IncrementalSchedule:
     """`schedule(snapshot, now, config)` with a ClusterIndex kept between calls."""
 
-    def __init__(self, explain: bool = True) -> None:
+    def __init__(self, explain: bool = True, verify: bool = False) -> None:
         self.explain = explain
+        # Every call also decides on a fresh index and fails loudly where the decisions differ
+        # (slow: for tests, debugging and the benchmark's debug mode).
+        self.verify = verify
         self.index: ClusterIndex | None = None
         self.last_delta = 0  # objects the last call applied (0 after a rebuild)
+        self.handed = 0  # calls whose delta came from the caller, not from comparing snapshots
 
     def __call__(
-        self, snapshot: Snapshot, now: float, config: SchedulerConfig, *, explain: bool | None = None
+        self,
+        snapshot: Snapshot,
+        now: float,
+        config: SchedulerConfig,
+        *,
+        explain: bool | None = None,
+        delta: SnapshotDelta | None = None,
     ) -> Decisions:
-        """`explain`: this call's, instead of the one given at construction."""
+        """`explain`: this call's, instead of the one given at construction. `delta`: what changed
+        since `delta.base`; used when the index holds that very snapshot, else recovered."""
         ix = self.index
         if ix is None or ix.config != config:
             ix = self.index = ClusterIndex(snapshot, config)
             self.last_delta = 0
         elif ix.snapshot is not snapshot:
-            d = snapshot_delta(ix.snapshot, snapshot)
+            if delta is not None and delta.base is not None and delta.base is ix.snapshot:
+                self.handed += 1
+                d = delta
+                if self.verify:
+                    _covers(d, snapshot_delta(ix.snapshot, snapshot))
+            else:
+                d = snapshot_delta(ix.snapshot, snapshot)
             gone = d.removed_jobs
             ix.apply(snapshot, nodes=d.nodes, removed_nodes=d.removed_nodes, jobs=d.jobs, removed_jobs=gone)
             self.last_delta = d.size
+        explain = self.explain if explain is None else explain
         try:
-            return schedule(snapshot, now, config, ix, explain=self.explain if explain is None else explain)
+            decisions = schedule(snapshot, now, config, ix, explain=explain)
         except Exception:
             self.index = None  # start from a fresh index next time, whatever went wrong
             raise
+        if self.verify:
+            fresh = schedule(snapshot, now, config, ClusterIndex(snapshot, config), explain=explain)
+            if fresh != decisions:
+                self.index = None
+                raise AssertionError(f"kept index decided {decisions} but a fresh one {fresh}")
+        return decisions

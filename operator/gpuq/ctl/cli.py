@@ -174,6 +174,15 @@ def _explain(args: argparse.Namespace) -> int:
 def _suspender(suspend: bool) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         ns, name = _key(args)
+        if "." in name:  # the gang of an Indexed Job or PyTorchJob: its owner is suspended
+            what = _client(args).suspend_gang_owner(ns, name, suspend)
+            done = (
+                "suspended: its controller deletes its pods, then it holds no GPUs"
+                if suspend
+                else ("resumed: its controller makes its pods, and the gang waits in its queue")
+            )
+            sys.stdout.write(f"{what} {done}\n")
+            return 0
         _client(args).patch_job_spec(ns, name, {"suspend": suspend})
         done = "stopping: it checkpoints, then releases its GPUs" if suspend else "resumed: back in its queue"
         sys.stdout.write(f"trainingjob {ns}/{name} {done}\n")

@@ -14,6 +14,7 @@ from kubernetes import config as k8s_config
 
 from gpuq.api import crd, meta
 from gpuq.config import CONFIG_MAP_NAME, ConfigError, config_from_config_map
+from gpuq.controller.gangs.record import suspend_patch
 from gpuq.controller.gangs.resolve import KINDS, collection_path
 from gpuq.core.config import SchedulerConfig
 
@@ -168,6 +169,23 @@ class Client:
         self.job(namespace, name)  # a readable 404 first
         path = f"/apis/{meta.GROUP}/{meta.VERSION}/namespaces/{namespace}/trainingjobs/{name}"
         return dict(self._patch(path, {"spec": spec}))
+
+    def suspend_gang_owner(self, namespace: str, gang: str, suspend: bool) -> str:
+        """Suspend or resume the owner of the gang `gang` (`job.NAME`, `pytorchjob.NAME`) as its user
+        would, taking over a suspension gpuq made to evict it (its marker removed). Its kind and name."""
+        prefix, _, name = gang.partition(".")
+        kind = next((k for k in KINDS.values() if k.kind.lower() == prefix), None)
+        if kind is None or not name:
+            raise CtlError(f"{gang} names no gang: gangs are job.NAME or pytorchjob.NAME", code=2)
+        path = f"{collection_path(kind, namespace)}/{name}"
+        try:
+            self._get(path)
+        except CtlError as exc:
+            if exc.status == 404:
+                raise CtlError(f"{kind.kind.lower()} {namespace}/{name} not found") from None
+            raise
+        self._patch(path, suspend_patch(kind, suspend, None))
+        return f"{kind.kind} {namespace}/{name}"
 
     def patch_queue_spec(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
         self.queue(name)

@@ -1,4 +1,4 @@
-"""The demo's story in four acts, on a fleet of 16 GPU nodes (128 GPUs with 8 per node).
+"""The demo's story in five acts, on a fleet of 16 GPU nodes (128 GPUs with 8 per node).
 
 Two teams share the fleet in cohort `research`: team-a (nominal 8 nodes' worth of GPUs, may borrow 4
 more) and team-b (nominal 8). Every act acts on the API and then waits until the operator has
@@ -12,7 +12,10 @@ that keeps it honest (e2e/test_demo.py):
 3. failover: a node under a-pretrain dies; the gang goes Recovering and Running again on healthy
    nodes with restarts=1, its workers resuming from the checkpoint reported just before;
 4. completion: jobs whose pods finish (kwok `gpuq.dev/sim-duration`) succeed, and the queued jobs
-   (b-bert, resuming from its checkpoint, and a-eval) are admitted.
+   (b-bert, resuming from its checkpoint, and a-eval) are admitted;
+5. a job teams already have: team-b submits a Kubeflow PyTorchJob (Master + Worker), opted in by a
+   queue label and `schedulerName: gpuq`; gpuq binds its pods as one gang beside the TrainingJobs,
+   records it in its Gang, and it succeeds.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuq.api import meta
-from gpuq.controller.testing import GpuqClient
+from gpuq.controller.testing import GpuqClient, pytorchjob_body
 from gpuq.demo.trainer import Checkpoint, Trainer
 from gpuq.demo.view import nodes_of
 from gpuq.demo.watch import Collection, Transition
@@ -70,10 +73,17 @@ ACT1_JOBS = (
 )
 URGENT_JOB = JobPlan(URGENT, TEAM_B, 4, 100, runs_for=45)
 ALL_JOBS = (*ACT1_JOBS, URGENT_JOB)
-JOB_ORDER = tuple(j.name for j in ALL_JOBS)
+# Act 5's PyTorchJob (Master + 1 Worker, half a node each) and the Gang that records it
+# (docs/existing-workloads.md). Priority 0, as b-bert: it preempts nobody, and it fits one of the two
+# nodes free after act 4 (a gang holds out for the smallest domain that could hold it: one node).
+LLM_JOB = JobPlan("b-llm", TEAM_B, 2, 0, runs_for=20)
+LLM_GANG = f"pytorchjob.{LLM_JOB.name}"
+PYTORCHJOBS = ("kubeflow.org", "v1", "pytorchjobs")
+JOB_ORDER = (*(j.name for j in ALL_JOBS), LLM_GANG)
 FINISHERS = tuple(j.name for j in ALL_JOBS if j.runs_for is not None)
 # Phases worth a note of their own (the table shows the rest).
 NOTABLE = ("Preempted", "Recovering", "Succeeded", "Failed")
+ACTS = 5
 
 
 class ScenarioError(RuntimeError):
@@ -99,6 +109,7 @@ class Stage:
     namespace: str
     jobs: Collection
     queues: Collection
+    gangs: Collection  # the Gangs of other owners' jobs (act 5's PyTorchJob)
     display: Display
     speed: float = 1.0
     operator_alive: Callable[[], bool] = field(default=lambda: True)
@@ -124,7 +135,7 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return len(self.acts) == 4 and all(a.ok for a in self.acts)
+        return len(self.acts) == ACTS and all(a.ok for a in self.acts)
 
     @property
     def failure(self) -> str:
@@ -170,7 +181,7 @@ class Scenario:
         self.s = stage
         self.trainer = Trainer(stage.gpuq, stage.namespace, stage.display.note)
         self.report = Report()
-        self._seen = 0  # transitions already narrated
+        self._seen: dict[str, int] = {}  # transitions already narrated, per collection
         self.gpus = 0
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -181,12 +192,13 @@ class Scenario:
         return self.job(name).get("phase")
 
     def _narrate_transitions(self) -> None:
-        history = self.s.jobs.history()
-        for t in history[self._seen :]:
-            if t.phase in NOTABLE or (t.phase == "Running" and t.attempt > 1):
-                extra = f" (restarts {t.restarts})" if t.phase == "Recovering" else ""
-                self.s.display.note(f"{t.job}: {t.phase}{extra}")
-        self._seen = len(history)
+        for collection in (self.s.jobs, self.s.gangs):
+            history = collection.history()
+            for t in history[self._seen.get(collection.kind, 0) :]:
+                if t.phase in NOTABLE or (t.phase == "Running" and t.attempt > 1):
+                    extra = f" (restarts {t.restarts})" if t.phase == "Recovering" else ""
+                    self.s.display.note(f"{t.job}: {t.phase}{extra}")
+            self._seen[collection.kind] = len(history)
 
     def _tick(self) -> None:
         self.trainer.answer_requests(self.s.jobs.items())
@@ -264,7 +276,9 @@ class Scenario:
             ("preempt for a high-priority job", self.act_preempt),
             ("fail a node under a running gang", self.act_failover),
             ("complete jobs and admit the queued ones", self.act_complete),
+            ("bind a PyTorchJob as one gang", self.act_pytorchjob),
         )
+        assert len(acts) == ACTS
         t0 = time.monotonic()
         try:
             for number, (title, body) in enumerate(acts, start=1):
@@ -283,7 +297,9 @@ class Scenario:
                 self.hold()
         finally:
             self._narrate_transitions()
-            self.report.history = self.s.jobs.history()
+            self.report.history = sorted(
+                [*self.s.jobs.history(), *self.s.gangs.history()], key=lambda t: t.at
+            )
             self.report.checkpoints = dict(self.trainer.reports)
             self.report.seconds = time.monotonic() - t0
         return self.report
@@ -291,7 +307,7 @@ class Scenario:
     def act_queue(self) -> None:
         fleet = FLEET_NODES * self.gpus
         self.s.display.act(
-            f"Act 1/4: teams a and b share {fleet} GPUs in cohort '{COHORT}' (nominal {fleet // 2} each); "
+            f"Act 1/5: teams a and b share {fleet} GPUs in cohort '{COHORT}' (nominal {fleet // 2} each); "
             "they submit gangs of 4, 2 and 1 workers"
         )
         self.create_queues()
@@ -313,7 +329,7 @@ class Scenario:
 
     def act_preempt(self) -> None:
         self.s.display.act(
-            f"Act 2/4: {URGENT} (priority {URGENT_JOB.priority}) arrives in {TEAM_B} with the fleet full: "
+            f"Act 2/5: {URGENT} (priority {URGENT_JOB.priority}) arrives in {TEAM_B} with the fleet full: "
             f"{BERT} (priority 0) must checkpoint and give way, as a whole gang"
         )
         self.submit(URGENT_JOB)
@@ -330,7 +346,7 @@ class Scenario:
 
     def act_failover(self) -> None:
         self.s.display.act(
-            f"Act 3/4: a node under {PRETRAIN} dies; gpuq evicts the whole gang and re-places it on healthy "
+            f"Act 3/5: a node under {PRETRAIN} dies; gpuq evicts the whole gang and re-places it on healthy "
             "nodes, resuming from its last checkpoint"
         )
         obj = self.s.jobs.get(PRETRAIN) or {}
@@ -376,7 +392,7 @@ class Scenario:
 
     def act_complete(self) -> None:
         self.s.display.act(
-            "Act 4/4: jobs finish (their pods exit after their run time); quota and nodes return and the "
+            "Act 4/5: jobs finish (their pods exit after their run time); quota and nodes return and the "
             f"queued {BERT} and {EVAL} are admitted"
         )
         longest = max(j.runs_for or 0 for j in ALL_JOBS) / self.s.speed
@@ -387,3 +403,34 @@ class Scenario:
         )
         env = self.report.resume_env[BERT] = self.resume_env(BERT)
         self.s.display.note(f"{BERT} resumed from {env.get('GPUQ_RESUME_FROM', '(no checkpoint)')}")
+
+    def act_pytorchjob(self) -> None:
+        plan = LLM_JOB
+        self.s.display.act(
+            f"Act 5/5: {TEAM_B}'s pipeline submits the Kubeflow PyTorchJob it always has ({plan.name}: "
+            f"a Master and a Worker of {self.gpus // 2} GPUs each), opted in by a queue label and "
+            "schedulerName gpuq; gpuq binds it as one gang beside the TrainingJobs, on one node"
+        )
+        group, version, plural = PYTORCHJOBS
+        seconds = max(1, round((plan.runs_for or 0) / self.s.speed))
+        body = pytorchjob_body(
+            plan.name, plan.queue, plan.replicas, self.gpus // 2, {SIM_DURATION: f"{seconds}s"}, plan.priority
+        )
+        custom = self.s.gpuq.custom
+        custom.create_namespaced_custom_object(group, version, self.s.namespace, plural, body)
+        running = self.wait_until(
+            f"{LLM_GANG} Running",
+            lambda: (g := self.s.gangs.get(LLM_GANG)) and _status(g).get("phase") == "Running" and g,
+        )
+        self.s.display.note(
+            f"{plan.name}: its Master and Worker pods, made by the training-operator, bound together on "
+            f"{', '.join(dict.fromkeys(nodes_of(running)))}; gpuq records the gang in Gang {LLM_GANG}"
+        )
+        self.wait_until(
+            f"{LLM_GANG} Succeeded",
+            lambda: _status(self.s.gangs.get(LLM_GANG)).get("phase") == "Succeeded",
+            timeout=seconds + ACT_TIMEOUT,
+        )
+        self.s.display.note(
+            f"{plan.name} Succeeded (the training-operator says so; gpuq records its gang so)"
+        )

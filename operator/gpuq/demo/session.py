@@ -30,7 +30,7 @@ from gpuq.controller import testing
 from gpuq.controller.testing import GpuqClient, install_crds
 from gpuq.demo.display import LiveDisplay, PlainDisplay
 from gpuq.demo.scenario import JOB_ORDER, Report, Scenario, Stage, rack_map
-from gpuq.demo.view import Narration, screen
+from gpuq.demo.view import Narration, gang_as_job, screen
 from gpuq.demo.watch import Collection
 from gpuq.devcluster import Cluster, Shape, ensure_binaries
 from gpuq.devcluster.binaries import bin_dir, missing_binaries
@@ -38,6 +38,12 @@ from gpuq.devcluster.cluster import AlreadyRunning
 from gpuq.devcluster.paths import cache_root
 from gpuq.devcluster.processes import ProcessRecord, alive, log_tail, spawn, stop, wait_until
 from gpuq.devcluster.testing import E2ECluster, wait_for
+from gpuq.peers.training_operator import (
+    TrainingOperatorBuild,
+    TrainingOperatorStack,
+    cached_build,
+    ensure_training_operator,
+)
 
 # 2 blocks x 2 racks x 4 nodes x 8 GPUs = 128 GPUs: a rack holds exactly one 4x8 gang.
 DEMO_SHAPE = Shape(racks=4, nodes_per_rack=4, gpus_per_node=8, blocks=2, zones=1)
@@ -105,6 +111,24 @@ def stop_kept(name: str) -> list[str]:
     return stopped
 
 
+# -- Kubeflow's training-operator (act 5) ---------------------------------------------------------------
+def training_operator_build(console: Console) -> TrainingOperatorBuild:
+    """Built from its Go module on the first run (a few minutes on 2 cores, with progress), cached."""
+    if cached_build().missing():
+        console.print("building Kubeflow's training-operator for act 5 (first run only; ~3 min on 2 cores)")
+    return ensure_training_operator(progress=sys.stderr)
+
+
+def start_training_operator(cluster: E2ECluster, work: Path, console: Console) -> TrainingOperatorStack:
+    """Its install on the cluster and the controller as a local process (it stops with this one)."""
+    stack = TrainingOperatorStack(
+        training_operator_build(console), ensure_binaries() / "kubectl", cluster.kubeconfig, work
+    )
+    stack.up(say=lambda m: console.print(m, highlight=False))
+    console.print(f"training-operator: log in {stack.log_path}", highlight=False)
+    return stack
+
+
 # -- running the scenario ----------------------------------------------------------------------------
 def cluster_handle(dev: Cluster) -> E2ECluster:
     new_client: Any = k8s_config.new_client_from_config  # untyped in the client
@@ -142,9 +166,11 @@ def run_scenario(
     keep_operator: bool = False,
     name: str = DEFAULT_NAME,
 ) -> Report:
-    """Install the CRDs, start the operator, play the four acts, stop the operator (unless kept)."""
+    """Install the CRDs, start Kubeflow's training-operator and gpuq's operator, play the five acts,
+    stop both (the operator unless kept)."""
     install_crds(cluster.api)
     gpuq = GpuqClient(cluster.api)
+    kubeflow = start_training_operator(cluster, work, console)
     operator = start_operator(cluster.kubeconfig, work, tie=not keep_operator)
     console.print(f"operator: pid {operator.pid}, JSON logs in {operator.log}", highlight=False)
     try:
@@ -160,21 +186,34 @@ def run_scenario(
         queues = Collection(
             "gpuqueues", gpuq.custom.list_cluster_custom_object, meta.GROUP, meta.VERSION, "gpuqueues"
         )
+        gangs = Collection(
+            "gangs",
+            gpuq.custom.list_namespaced_custom_object,
+            meta.GROUP,
+            meta.VERSION,
+            namespace,
+            "gangs",
+            track=True,
+        )
         racks = rack_map(cluster)
 
         def frame(narration: Narration | None) -> RenderableType:
-            return screen(narration, jobs.items(), queues.items(), racks, JOB_ORDER, jobs.elapsed())
+            rows = [*jobs.items(), *(gang_as_job(g) for g in gangs.items())]
+            return screen(narration, rows, queues.items(), racks, JOB_ORDER, jobs.elapsed())
 
-        with jobs, queues:
+        with jobs, queues, gangs:
             display = LiveDisplay(console, frame) if live else PlainDisplay(console, frame, jobs.elapsed)
             with display:
-                stage = Stage(cluster, gpuq, namespace, jobs, queues, display, speed, lambda: alive(operator))
+                stage = Stage(
+                    cluster, gpuq, namespace, jobs, queues, gangs, display, speed, lambda: alive(operator)
+                )
                 return Scenario(stage).run()
     finally:
         if keep_operator:
             _record_path(name).write_text(json.dumps(operator.to_json()))
         else:
             stop_operator(operator)
+        kubeflow.down()
 
 
 # -- the whole demo --------------------------------------------------------------------------------
@@ -206,6 +245,7 @@ def _start_cluster(opts: Options, console: Console) -> Cluster:
     if missing_binaries(bin_dir()):
         console.print("building the control-plane binaries (first run only; ~10 min on 2 cores)")
     ensure_binaries(progress=sys.stderr)
+    training_operator_build(console)
     console.print(f"starting local cluster {opts.name!r}: {DEMO_SHAPE.describe()}", highlight=False)
     return Cluster.up(
         opts.name, DEMO_SHAPE, tie_to_process=not opts.keep, progress=lambda m: console.print(f"  {m}")

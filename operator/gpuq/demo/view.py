@@ -1,6 +1,6 @@
 """What the demo shows: the narration line and two tables (jobs, queues), built from API objects.
 
-Pure functions of plain dicts (as the API server returns TrainingJobs and GPUQueues), so the live
+Pure functions of plain dicts (as the API server returns TrainingJobs, Gangs and GPUQueues), so the live
 display, the `--no-live` printout and the unit tests render the same thing.
 """
 
@@ -68,6 +68,23 @@ def gang_text(spec: Mapping[str, Any]) -> str:
     return f"{workers.get('replicas', '?')}x{workers.get('gpusPerWorker', '?')}"
 
 
+def gang_as_job(gang: Mapping[str, Any]) -> dict[str, Any]:
+    """A Gang (gpuq's record of another owner's gang) as a jobs-table row: its queue, workers x GPUs
+    each from its status, no priority column (that is its owner's label)."""
+    spec, status = gang.get("spec") or {}, _status(gang)
+    workers, gpus = int(spec.get("workers") or 0), int(status.get("gpus") or 0)
+    per_worker = gpus // workers if workers and gpus else "?"
+    return {
+        "metadata": {"name": gang["metadata"]["name"]},
+        "spec": {
+            "queue": spec.get("queue", ""),
+            "priority": "",
+            "workers": {"replicas": workers, "gpusPerWorker": per_worker},
+        },
+        "status": status,
+    }
+
+
 def checkpoint_text(status: Mapping[str, Any]) -> str:
     ckpt = status.get("lastCheckpoint")
     return f"step {ckpt['step']}" if ckpt else ""
@@ -83,7 +100,7 @@ def jobs_table(
     jobs: Sequence[Mapping[str, Any]], rack_of: Mapping[str, str], order: Sequence[str] = ()
 ) -> Table:
     table = Table(
-        title="TrainingJobs",
+        title="TrainingJobs, and gangs of other kinds (kind.name)",
         title_justify="left",
         expand=True,
         box=box.SIMPLE_HEAD,

@@ -161,6 +161,10 @@ class LocalController:
                 return False
         except OSError:
             return False
+        return self.admits(probe)
+
+    def admits(self, probe: Mapping[str, Any]) -> bool:
+        """A server-side dry run of creating `probe` passes (its webhooks, if any, answered)."""
         try:
             self.run_kubectl("create", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(dict(probe)))
         except DevClusterError:

@@ -11,17 +11,19 @@ given (the Downward API gives it in a pod). Its certificate directory is fixed i
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpuq.devcluster.binaries import GoMissing, hack_dir, read_env, run_hack
 from gpuq.devcluster.errors import DevClusterError
 from gpuq.devcluster.paths import cache_root
+from gpuq.devcluster.testing import wait_for
 from gpuq.peers.local_controller import LocalController, free_port, host_address
 
 NAMESPACE = "kubeflow"
@@ -69,10 +71,15 @@ def version() -> str:
     return env or read_env(hack_dir() / "tools.env")["TRAINING_OPERATOR_VERSION"].strip()
 
 
+def cached_build() -> TrainingOperatorBuild:
+    """Where hack/training-operator.sh leaves this version (`missing()` says whether it did yet)."""
+    return TrainingOperatorBuild(cache_root() / "bin" / f"training-operator-{version()}", version())
+
+
 def ensure_training_operator(progress: TextIO | None = sys.stderr) -> TrainingOperatorBuild:
     """The training-operator and its manifests, built first when missing (a few minutes, with
     progress). GoMissing without Go; DevClusterError when the build fails."""
-    build = TrainingOperatorBuild(cache_root() / "bin" / f"training-operator-{version()}", version())
+    build = cached_build()
     if not build.missing():
         return build
     if shutil.which("go") is None:
@@ -84,6 +91,59 @@ def ensure_training_operator(progress: TextIO | None = sys.stderr) -> TrainingOp
             f"hack/training-operator.sh finished but {directory} lacks {', '.join(missing)}"
         )
     return build
+
+
+def image() -> str:
+    """The training-operator's image as hack/kind/images.sh builds it (its binary on an empty base,
+    as upstream's Dockerfile puts it on distroless) for clusters with a container runtime (kind)."""
+    return f"localhost/gpuq/training-operator:{version()}"
+
+
+def in_cluster(docs: list[dict[str, Any]], image_ref: str) -> list[dict[str, Any]]:
+    """The standalone install as applied to a cluster whose other nodes are kwok's simulated GPU
+    nodes: unchanged, but for the image built here and the Deployment's pod kept on a real node."""
+    out = copy.deepcopy(docs)
+    for doc in out:
+        if doc["kind"] != "Deployment":
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        pod["nodeSelector"] = {"node-role.kubernetes.io/control-plane": ""}
+        pod["tolerations"] = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+        for container in pod["containers"]:
+            container["image"], container["imagePullPolicy"] = image_ref, "IfNotPresent"
+    return out
+
+
+class TrainingOperatorDeployment(LocalController):
+    """The training-operator installed exactly as its users install it, Deployment included, on a
+    cluster that runs pods (kind; its image loaded there by the e2e fixture): `up` and `down`."""
+
+    def __init__(self, build: TrainingOperatorBuild, kubectl: Path, kubeconfig: Path, work: Path) -> None:
+        super().__init__(kubectl, kubeconfig, work)
+        self.build = build
+
+    def up(self, say: Callable[[str], None] = lambda _m: None, timeout: float = 180.0) -> None:
+        docs = in_cluster(self.render(self.build.manifests / "overlays" / "standalone"), image())
+        say(f"training-operator: applying its standalone install ({len(docs)} objects, image {image()})")
+        self.apply(docs, "training-operator-install.yaml")
+        self.run_kubectl(
+            "rollout", "status", "-n", NAMESPACE, f"deploy/{SERVICE}", f"--timeout={timeout:.0f}s"
+        )
+        wait_for(lambda: self.admits(_PROBE), timeout, "the training-operator's webhooks answering", 1.0)
+
+    def logs(self) -> str:
+        try:
+            return self.run_kubectl("logs", "-n", NAMESPACE, f"deploy/{SERVICE}", "--tail=200")
+        except DevClusterError as exc:
+            return str(exc)
+
+    def down(self) -> None:
+        """Remove its Deployment and webhook configuration; its CRDs and objects stay."""
+        for kind, name, ns in (
+            ("validatingwebhookconfiguration", WEBHOOKS, ()),
+            ("deployment", SERVICE, ("-n", NAMESPACE)),
+        ):
+            self.run_kubectl("delete", kind, name, *ns, "--ignore-not-found", "--wait=false")
 
 
 class TrainingOperatorStack(LocalController):

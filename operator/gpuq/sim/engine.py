@@ -34,7 +34,7 @@ from gpuq.core.model import (
     WorkerSpec,
 )
 from gpuq.logs import get_logger
-from gpuq.sim.metrics import JobOutcome, Recorder
+from gpuq.sim.metrics import JobOutcome, Recorder, fragmented_gpus
 from gpuq.sim.policy import Delta, Policy
 from gpuq.sim.speed import SpeedModel, Spread, spread
 from gpuq.sim.trace import TraceJob
@@ -626,20 +626,4 @@ class Simulation:
         )
 
     def _fragmented(self) -> int:
-        """Idle healthy GPUs that no pending gang could use (quota and constraints ignored)."""
-        hist = self.free_hist
-        idle = sum(f * n for f, n in enumerate(hist))
-        if not idle:
-            return 0
-        smallest_need: dict[int, int] = {}
-        for (replicas, per_worker), count in self.pending_shapes.items():
-            if count > 0 and replicas < smallest_need.get(per_worker, 1 << 62):
-                smallest_need[per_worker] = replicas
-        threshold = len(hist)  # smallest worker size some pending gang can be placed with
-        for per_worker, replicas in smallest_need.items():
-            if per_worker < threshold and per_worker < len(hist):
-                slots = sum((f // per_worker) * n for f, n in enumerate(hist) if f >= per_worker)
-                if slots >= replicas:
-                    threshold = per_worker
-        usable = sum(f * n for f, n in enumerate(hist) if f >= threshold)
-        return idle - usable
+        return fragmented_gpus(self.free_hist, self.pending_shapes)

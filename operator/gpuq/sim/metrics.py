@@ -23,7 +23,7 @@ Definitions (also in docs/simulator.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +53,27 @@ def jain(values: Iterable[float]) -> float:
     xs = [v for v in values if not math.isnan(v)]
     square_sum = sum(x * x for x in xs)
     return (sum(xs) ** 2) / (len(xs) * square_sum) if xs and square_sum else math.nan
+
+
+def fragmented_gpus(free_hist: Sequence[int], pending_shapes: Mapping[tuple[int, int], int]) -> int:
+    """Idle healthy GPUs that no pending gang could use (quota and constraints ignored).
+    `free_hist[f]`: healthy nodes with f free GPUs (indexed up to the largest node's GPUs);
+    `pending_shapes`: (workers still needed, GPUs each) -> how many pending gangs have that shape."""
+    idle = sum(f * n for f, n in enumerate(free_hist))
+    if not idle:
+        return 0
+    smallest_need: dict[int, int] = {}
+    for (replicas, per_worker), count in pending_shapes.items():
+        if count > 0 and replicas < smallest_need.get(per_worker, 1 << 62):
+            smallest_need[per_worker] = replicas
+    threshold = len(free_hist)  # smallest worker size some pending gang can be placed with
+    for per_worker, replicas in smallest_need.items():
+        if per_worker < threshold and per_worker < len(free_hist):
+            slots = sum((f // per_worker) * n for f, n in enumerate(free_hist) if f >= per_worker)
+            if slots >= replicas:
+                threshold = per_worker
+    usable = sum(f * n for f, n in enumerate(free_hist) if f >= threshold)
+    return idle - usable
 
 
 @dataclass(frozen=True, slots=True)
