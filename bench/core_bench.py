@@ -7,6 +7,7 @@ against baselines measured in the same run. Run it with:
 
     .venv/bin/python bench/core_bench.py                  # 1,024 / 4,096 / 16,384 nodes
     .venv/bin/python bench/core_bench.py --sizes 1024 --incremental 100   # quick
+    .venv/bin/python bench/core_bench.py --sizes 1024 --only-rules   # the default rules on a deep backlog
 """
 
 from __future__ import annotations
@@ -267,6 +268,97 @@ def bench_incremental(
     }
 
 
+def _backlog_job(work: Workload, rnd: random.Random, now: float) -> Job:
+    """A waiting job of a deep backlog: it waited up to two days (so heads starve, may have gangs
+    moved for them, and multi-node gangs sit in their locality wait), and a third of them ran before
+    (attained service: levels 1 and 2, as preempted jobs)."""
+    created = now - rnd.uniform(0, 2 * 86_400)
+    j = work.job(created)
+    if rnd.random() < 1 / 3:
+        served = rnd.choice((2.0, 150.0)) * 3600  # GPU-seconds: level 1 or 2 of the default config
+        j = replace(j, attained_gpu_seconds=served, queued_since=rnd.uniform(created, now))
+    return j
+
+
+def _started_earlier(jobs: dict[str, Job], rnd: random.Random, now: float) -> None:
+    """Running jobs started at random times over the last day: some are still in their minimum run,
+    the others at attained-service levels 1 and 2 (victims of their queues' new work)."""
+    for key, j in jobs.items():
+        if j.running is not None:
+            jobs[key] = replace(j, running=Running(j.running.placement, now - rnd.uniform(0, 86_400)))
+
+
+def bench_rules(n_nodes: int, iterations: int, seed: int, backlog: int) -> dict[str, float]:
+    """The default config's rules on a deep backlog: the cluster full of jobs at every attained-service
+    level, `backlog` jobs waiting up to two days (starving heads, consolidation, locality waits). Each
+    cycle 30 s pass, one job arrives, one running job finishes, and what the cycle decides is carried
+    out (admissions run, victims leave and wait again with their service)."""
+    work = Workload(seed)
+    rnd = random.Random(seed + 3)
+    now = 3 * 86_400.0
+    jobs = fill(n_nodes, 0.97, work).jobs
+    _started_earlier(jobs, rnd, now)
+    for _ in range(backlog):
+        j = _backlog_job(work, rnd, now)
+        jobs[j.key] = j
+    nodes, queues, cfg = tuple(build_nodes(n_nodes)), build_queues(n_nodes), SchedulerConfig()
+    s = Snapshot(TOPOLOGY, nodes, queues, tuple(jobs.values()))
+    ix = ClusterIndex(s, cfg)
+    cycle: list[float] = []
+    counts = {"admitted": 0, "preempted": 0}
+    for _ in range(iterations):
+        now += 30.0
+        arrival = work.job(now)
+        jobs[arrival.key] = arrival
+        s = Snapshot(TOPOLOGY, nodes, queues, tuple(jobs.values()))
+        ix.apply(s, jobs=[arrival])
+        t, d = timed(lambda s=s, now=now: schedule(s, now, cfg, index=ix, explain=False))
+        cycle.append(t)
+        changed, removed = _carry_out(jobs, d, now, rnd)
+        s = Snapshot(TOPOLOGY, nodes, queues, tuple(jobs.values()))
+        ix.apply(s, jobs=changed, removed_jobs=removed)
+        counts["admitted"] += len(d.admit)
+        counts["preempted"] += len(d.preempt)
+    fresh = [timed(lambda: schedule(s, now, cfg, explain=False))[0] for _ in range(3)]
+    explained = timed(lambda: schedule(s, now, cfg))[0]
+    pending = sum(1 for j in jobs.values() if j.running is None)
+    return {
+        "p50": pct(cycle, 50),
+        "p99": pct(cycle, 99),
+        "max": max(cycle),
+        "fresh": statistics.median(fresh),
+        "explained": explained,
+        "pending": pending,
+        "rebuilds": ix.rebuilds,
+        **counts,
+    }
+
+
+def _carry_out(
+    jobs: dict[str, Job], d: Decisions, now: float, rnd: random.Random
+) -> tuple[list[Job], list[str]]:
+    """What the writer and the cluster do with a cycle's decisions, in one step: admitted jobs run,
+    victims stop and wait again (their service kept), and one running job finishes."""
+    changed: dict[str, Job] = {}
+    for a in d.admit:
+        started = replace(jobs[a.job], running=Running(a.placement, now), recovering=False)
+        changed[a.job] = jobs[a.job] = started
+    for p in d.preempt:
+        v = jobs[p.victim]
+        if v.running is not None:
+            served = v.attained_gpu_seconds + len(v.running.placement) * v.workers.gpus_per_worker * (
+                now - v.running.started_at
+            )
+            changed[v.key] = jobs[v.key] = replace(
+                v, running=None, attained_gpu_seconds=served, queued_since=now, evicting=False
+            )
+    running = sorted(k for k, j in jobs.items() if j.running is not None and k not in changed)
+    removed = [running[rnd.randrange(len(running))]] if running else []
+    for key in removed:
+        del jobs[key]
+    return list(changed.values()), removed
+
+
 def bench_preemption(n_nodes: int, trials: int, seed: int) -> dict[str, dict[str, float]]:
     """Cluster 100% full of priority-0 jobs; one high-priority job of each shape arrives."""
     work = Workload(seed)
@@ -315,6 +407,19 @@ def bench_preemption(n_nodes: int, trials: int, seed: int) -> dict[str, dict[str
     return out
 
 
+def print_rules(n: int, args: argparse.Namespace) -> None:
+    r = bench_rules(n, args.rules_cycles, args.seed, args.backlog)
+    print(
+        f"default rules (attained-service levels, consolidation, locality wait), {args.backlog:,} "
+        f"waiting up to 2 days, cluster 97% full, {args.rules_cycles} cycles of one arrival and one "
+        f"finish 30 s apart: p50 {ms(r['p50']).strip()}, p99 {ms(r['p99']).strip()}, "
+        f"max {ms(r['max']).strip()} (explain=False; {r['admitted']:.0f} admitted, "
+        f"{r['preempted']:.0f} preempted, {r['pending']:,.0f} waiting at the end)\n"
+        f"  the last cycle without a kept index: {ms(r['fresh']).strip()}; explained "
+        f"(every waiting job's reason): {ms(r['explained']).strip()}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--sizes", default="1024,4096,16384", help="cluster sizes in nodes, comma-separated")
@@ -323,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preempt-trials", type=int, default=20, help="arrivals per preemption shape")
     ap.add_argument("--repeat", type=int, default=3, help="repetitions of the full cycle (median)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--backlog", type=int, default=5000, help="waiting jobs of the default-rules case")
+    ap.add_argument("--rules-cycles", type=int, default=200, help="cycles of the default-rules case")
+    ap.add_argument("--only-rules", action="store_true", help="only the default-rules case")
     args = ap.parse_args(argv)
     sizes = [int(x) for x in args.sizes.split(",")]
     cmd = " ".join(["bench/core_bench.py", *(argv if argv is not None else sys.argv[1:])])
@@ -333,6 +441,10 @@ def main(argv: list[str] | None = None) -> int:
     full: dict[int, dict[str, float]] = {}
     incr: dict[int, dict[str, float]] = {}
     for n in sizes:
+        if args.only_rules:
+            print(f"\n## {n:,} nodes x 8 GPUs")
+            print_rules(n, args)
+            continue
         full[n] = f = bench_full_cycle(n, args.jobs, args.seed, args.repeat)
         print(
             f"\n## {n:,} nodes x 8 GPUs\n"
@@ -357,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
             f"p50 {ms(u['p50']).strip()}, p99 {ms(u['p99']).strip()} -> x{u['p50'] / i['p50']:.2f} "
             f"of the same cycles without it at p50, x{u['p99'] / i['p99']:.2f} at p99"
         )
+        print_rules(n, args)
         for label, p in bench_preemption(n, args.preempt_trials, args.seed).items():
             print(
                 f"preemption, full cluster, {label:<24} p50 {ms(p['p50']).strip()}, "
@@ -364,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({p['victims']:.1f} victims); same arrival in queues that never preempt "
                 f"{ms(p['no_preempt_p50']).strip()} -> search costs {p['p50'] / p['no_preempt_p50']:.1f}x"
             )
-    if len(sizes) > 1:
+    if len(sizes) > 1 and not args.only_rules:
         print("\n## growth with cluster size (measured ratio vs n log n ratio)")
         a = sizes[0]
         for b in sizes[1:]:

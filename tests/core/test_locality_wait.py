@@ -139,3 +139,25 @@ def test_within_its_wait_a_gang_starts_only_in_its_smallest_domain(
     else:
         assert (got is not None) == any(k >= replicas for k in by_rack.values())
         assert got is None or len(racks(got)) == 1
+
+
+def test_a_kept_index_rereads_the_smallest_domain_when_nodes_change() -> None:
+    """The depth a gang holds out for is kept by the index until nodes change: when no rack could
+    hold the gang any more (its nodes' CPU shrank), it stops waiting for one, as a fresh index says."""
+    from gpuq.core import ClusterIndex, schedule
+    from gpuq.core.model import WorkerSpec
+
+    nodes, busy = one_free_node_per_rack()
+    a = replace(gang(), workers=WorkerSpec(2, 8, cpu_millis=40_000))
+    s1 = snap(nodes, [queue()], [*busy, a])
+    ix = ClusterIndex(s1, QUIET)
+    assert schedule(s1, NOW, QUIET, ix).admit == ()  # holds out for one rack
+    # Only each rack's free node still holds a worker: no rack holds two, so the wait is pointless.
+    busy_nodes = [n for n in nodes if n.name != "n0003" and n.name != "n0013"]
+    small = [replace(n, allocatable=replace(n.allocatable, cpu_millis=20_000)) for n in busy_nodes]
+    changed = {n.name: n for n in small}
+    s2 = snap([changed.get(n.name, n) for n in nodes], [queue()], [*busy, a])
+    ix.apply(s2, nodes=small)
+    kept = schedule(s2, NOW + 1, QUIET, ix)
+    assert kept == schedule(s2, NOW + 1, QUIET)
+    assert racks(admitted(kept)["ns/a"]) == {"n000", "n001"}

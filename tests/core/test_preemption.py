@@ -268,3 +268,32 @@ def test_stops_and_incomplete_cycles_call_nothing_off() -> None:
     capped = SchedulerConfig(max_preemption_searches_per_cycle=0)
     d = run(snap(TWO_NODES, [queue()], [leaving, busy, high]), config=capped)
     assert d.abandon == () and "deferred" in pending(d)["ns/high"]
+
+
+def test_a_preemptor_waiting_for_an_evicting_gang_verifies_that_node_only() -> None:
+    """Once a plan without new victims on one node is verified, no other domain could replace it
+    (issue 34): the other candidate nodes are not verified, and the decision is the same as with."""
+    from unittest.mock import patch
+
+    from gpuq.core import preemption
+
+    nodes = cluster(racks=1, nodes_per_rack=4)
+    low = [
+        job(f"ns/low{i}", gpus=8, priority=0, on=[f"n000{i}"], evicting=i == 2, started=100.0)
+        for i in range(4)
+    ]
+    s = snap(nodes, [queue()], [*low, job("ns/high", gpus=8, priority=5)])
+    verified: list[int] = []
+    real = preemption._Search.verify
+
+    def spy(self, pool, dom, depth, chosen, bucket):  # type: ignore[no-untyped-def]
+        verified.append(dom)
+        return real(self, pool, dom, depth, chosen, bucket)
+
+    with patch.object(preemption._Search, "verify", spy):
+        d = run(s)
+        assert len(verified) == 1
+        with patch.object(preemption._Search, "_unbeatable", lambda *_: False):
+            assert run(s) == d
+        assert len(verified) == 5  # every candidate node, without the shortcut
+    assert d.preempt == () and codes(d)["ns/high"] == PendingCode.WAITING_FOR_PREEMPTION

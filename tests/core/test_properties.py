@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from unittest.mock import patch
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuq.core import ClusterIndex, SchedulerConfig, schedule
+from gpuq.core import ClusterIndex, SchedulerConfig, preemption, schedule
 from gpuq.core.decisions import PendingCode
 from gpuq.core.model import Job, Running, Snapshot
 
@@ -248,3 +250,23 @@ def test_quiet_cycle_memo_decides_like_a_fresh_cycle(sc: Scenario, rnd: random.R
     s2 = replace(s, jobs=(*s.jobs, *new))
     ix.apply(s2, jobs=new)
     assert schedule(s2, later, cfg, index=ix, explain=False) == schedule(s2, later, cfg, explain=False)
+
+
+# Shortcuts of the preemption search, each patched to never apply.
+NO_SHORTCUT = {
+    # A search skipped when even evicting every allowed victim leaves too few GPU slots.
+    "room_for": (preemption, "room_for", lambda *_: True),
+    # The domains left unverified once a plan is found that none of them could replace.
+    "unbeatable": (preemption._Search, "_unbeatable", lambda *_: False),
+}
+
+
+@pytest.mark.parametrize("shortcut", sorted(NO_SHORTCUT))
+@PROPERTY
+@given(sc=scenarios())
+def test_preemption_search_shortcuts_change_no_decision(shortcut: str, sc: Scenario) -> None:
+    """A cycle that runs every search and verifies every domain decides exactly like one that skips."""
+    s, cfg = sc
+    skipping = schedule(s, NOW, cfg)
+    with patch.object(*NO_SHORTCUT[shortcut]):
+        assert schedule(s, NOW, cfg) == skipping

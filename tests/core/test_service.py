@@ -3,10 +3,16 @@ queue and priority, and running jobs at a higher level are victims of their own 
 
 from __future__ import annotations
 
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+
 from gpuq.core import ClusterIndex, SchedulerConfig, schedule
 from gpuq.core.config import ServiceOrdering
 from gpuq.core.decisions import PendingCode
-from gpuq.core.service import ServiceView, attained, level_of, service_times
+from gpuq.core.model import Job
+from gpuq.core.service import LevelCache, ServiceView, attained, level_of, service_times
 
 from .helpers import NOW, admitted, cluster, codes, job, queue, run, snap
 
@@ -98,3 +104,89 @@ def test_a_single_node_gang_stays_a_victim_of_a_smaller_job() -> None:
     runner = job("ns/long", gpus=8, on=["n0000"], started=NOW - 1000)
     small = job("ns/small", gpus=2)
     assert victims(run(snap(ONE_NODE, [queue()], [runner, small]))) == {"ns/long"}
+
+
+def _outranked_fresh_and_kept(
+    cache: LevelCache, rule: ServiceOrdering, now: float, running: list[Job]
+) -> None:
+    """The kept tables answer like a scan of the running jobs at `now` (for a job sparing none and one
+    sparing multi-node gangs)."""
+    kept, scan = ServiceView(rule, now, cache), ServiceView(rule, now)
+    for need in (1, 10**6):
+        asking = job("ns/asking", gpus=need)
+        for q in ("a", "b"):
+            mine = [j for j in running if j.queue == q]
+            assert kept.outranked(q, mine, asking) == scan.outranked(q, mine, asking), (q, now, need)
+            assert kept.outranks_any(q, mine, asking) == bool(scan.outranked(q, mine, asking))
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.data())
+def test_kept_level_tables_equal_a_scan_at_every_instant(data: hs.DataObject) -> None:
+    """LevelCache (kept by the index, moved by scheduled level and minimum-run times) gives the same
+    entries as scanning every running job, at instants exactly on those times and one float step
+    around them, with jobs starting and stopping in between and time going back."""
+    rule = ServiceOrdering(
+        thresholds_gpu_hours=(0.25, 1.0), min_run_seconds=data.draw(hs.sampled_from((0.0, 60.0)))
+    )
+    jobs: dict[str, Job] = {}
+    cache = LevelCache(rule, jobs)
+    running: list[Job] = []
+    now = NOW
+    for step in range(data.draw(hs.integers(1, 12))):
+        if data.draw(hs.booleans()) or not running:  # a job starts (at or before now)
+            nodes = data.draw(hs.sampled_from((["n0000"], ["n0000", "n0001"])))
+            j = job(
+                f"ns/j{step}",
+                queue=data.draw(hs.sampled_from("ab")),
+                gpus=data.draw(hs.integers(1, 8)),
+                replicas=len(nodes),
+                on=nodes,
+                started=now - data.draw(hs.sampled_from((0.0, 30.0, 333.3, 2000.0))),
+                attained_gpu_seconds=data.draw(hs.sampled_from((0.0, 899.9, 3600.0, 7777.7))),
+            )
+            running.append(j)
+            jobs[j.key] = j
+            cache.add(j)
+        else:  # one stops
+            j = running.pop(data.draw(hs.integers(0, len(running) - 1)))
+            del jobs[j.key]
+            cache.remove(j)
+        times = sorted({t for r in running for t in service_times(r, rule)})
+        pick = data.draw(hs.sampled_from(["on", "after", "before", "back"])) if times else "after"
+        if pick == "back":
+            now -= 500.0
+        elif pick == "after":
+            now += data.draw(hs.sampled_from((0.0, 1.0, 900.0)))
+        else:
+            t = data.draw(hs.sampled_from(times))
+            t = t if pick == "on" else math.nextafter(t, -math.inf)
+            now = max(now, t)
+        _outranked_fresh_and_kept(cache, rule, now, running)
+
+
+def test_a_new_checkpoint_keeps_the_service_times_and_a_called_off_eviction_schedules_them_again() -> None:
+    """The index schedules a running job's level and minimum-run times once per attempt: a new
+    checkpoint does not add them again, and a job that stops evicting (whose times next_service_event
+    dropped) gets them back, so the cycle memo still expires when it becomes a victim."""
+    from dataclasses import replace
+
+    from gpuq.core.model import Checkpoint, Snapshot
+
+    cfg = SchedulerConfig()
+    runner = job("ns/r", gpus=8, on=["n0000"], started=NOW - 100)
+    s1 = snap(ONE_NODE, [queue()], [runner])
+    ix = ClusterIndex(s1, cfg)
+    scheduled = len(ix.service_events)
+    checkpointed = replace(runner, checkpoint=Checkpoint(NOW, 10, "s3://x"))
+    s2 = Snapshot(s1.topology, s1.nodes, s1.queues, (checkpointed,))
+    ix.apply(s2, jobs=[checkpointed])
+    assert len(ix.service_events) == scheduled
+    first = NOW - 100 + 3600 / 8  # level 1: one GPU-hour on 8 GPUs, before its minimum run
+    assert ix.next_service_event(NOW) == first
+    evicting = replace(checkpointed, evicting=True)
+    ix.apply(Snapshot(s1.topology, s1.nodes, s1.queues, (evicting,)), jobs=[evicting])
+    assert ix.next_service_event(NOW) == float("inf")  # a leaving gang becomes no victim
+    kept = replace(evicting, evicting=False)
+    ix.apply(Snapshot(s1.topology, s1.nodes, s1.queues, (kept,)), jobs=[kept])
+    assert ix.next_service_event(NOW) == first

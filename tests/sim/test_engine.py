@@ -286,13 +286,37 @@ def test_the_kept_index_decides_like_a_fresh_one_with_attained_service_preemptio
     shape = ClusterShape(racks_per_block=1, nodes_per_rack=8)
     queues = derive_queues(jobs[:300], 64)
     results = []
-    for policy in (GpuqPolicy(use_index=True), GpuqPolicy(use_index=False)):
+    # The kept index's run is also a shadow run: every cycle is decided again afresh and compared.
+    shadowed = GpuqPolicy(use_index=True, verify=True)
+    for policy in (shadowed, GpuqPolicy(use_index=False)):
         sim = Simulation(jobs[:300], build_nodes(shape, config), queues, config, policy, SimOptions())
         r = sim.run()
-        r.pop("sim")
+        cycles = r.pop("sim")["cycles"]
         results.append(r)
+    assert shadowed.verified == cycles
     assert results[0]["preemptions"] > 20  # the rule is exercised
     assert results[0] == results[1]
+
+
+def test_a_shadow_run_stops_at_the_first_cycle_that_decides_otherwise(monkeypatch: Any) -> None:
+    """GPUQ_VERIFY_INDEX=1 (GpuqPolicy.verify): a kept index that decides differently from a fresh one
+    stops the run at that cycle."""
+    from gpuq.core import scheduler
+    from gpuq.sim.policy import ShadowMismatch
+
+    monkeypatch.setenv("GPUQ_VERIFY_INDEX", "1")
+    policy = make_policy("gpuq")
+    real = scheduler._Cycle._try
+
+    def kept_index_forgets_one(self: Any, job: Any, q: Any, is_head: bool) -> Any:
+        if self.ix is policy.index and job.key == "j3":  # type: ignore[attr-defined]
+            return scheduler._Outcome.FAILED
+        return real(self, job, q, is_head)
+
+    monkeypatch.setattr(scheduler._Cycle, "_try", kept_index_forgets_one)
+    jobs = [TraceJob(f"j{i}", 10 * i, 5, 8, "q") for i in range(6)]
+    with pytest.raises(ShadowMismatch, match="cycle at t=30"):
+        run(jobs, policy)
 
 
 def test_periodic_checkpoints_at_a_float_unlucky_instant_do_not_loop() -> None:

@@ -14,7 +14,7 @@ import heapq
 from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.constraints import (
@@ -30,7 +30,7 @@ from gpuq.core.constraints import (
 from gpuq.core.fit import Demand, Extra, extra_of, slots_on
 from gpuq.core.model import Job, Node, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
-from gpuq.core.service import level_of, service_times
+from gpuq.core.service import LevelCache, level_of, service_times
 from gpuq.core.topology import DomainTree, scope_sizes
 
 NO_MODEL = ""  # model key of nodes that report no GPU model
@@ -52,6 +52,10 @@ def pending_class(job: Job, d: Demand) -> Hashable:
     return (job.priority, job.workers.replicas, d, constraints_key(c), c.mixed_models, job.topology)
 
 
+# Every field but the two a start changes (running, queued_since): what _started compares.
+_KEPT_BY_A_START = tuple(f.name for f in fields(Job) if f.name not in ("running", "queued_since"))
+
+
 def _started(old: Job, new: Job) -> bool:
     """A queued job that just started, nothing else about it changed: it only takes capacity. (When
     it was queued since no longer matters once it runs: the operator stops reporting it then.)"""
@@ -61,7 +65,21 @@ def _started(old: Job, new: Job) -> bool:
         and new.running is not None
         and not new.recovering
         and not new.evicting
-        and replace(new, running=None, queued_since=old.queued_since) == old
+        and all(getattr(old, name) == getattr(new, name) for name in _KEPT_BY_A_START)
+    )
+
+
+def _same_service(old: Job, new: Job) -> bool:
+    """The same running attempt of the same job, still (or still not) evicting (a new checkpoint):
+    its service times and level entry do not change, so they are kept, not scheduled again. (An
+    evicting job's times are dropped from service_events: one that stops evicting schedules them.)"""
+    return (
+        old.running is not None
+        and old.running == new.running
+        and old.evicting == new.evicting
+        and old.attained_gpu_seconds == new.attained_gpu_seconds
+        and old.workers == new.workers
+        and old.queue == new.queue
     )
 
 
@@ -186,11 +204,16 @@ class ClusterIndex:
         self.job_class: dict[str, int] = {}
         self.class_ids: dict[Hashable, int] = {}  # pending class -> small int (cheap to hash)
         self.class_invalid: dict[int, str | None] = {}  # pending class -> spec error (scheduler fills)
+        # pending class -> (static_version, why it never fits or None): the scheduler's _never_fits
+        self.class_never: dict[int, tuple[int, str | None]] = {}
+        # (demand, replicas, pools' members) -> (static_version, depth): the scheduler's _local_depth
+        self.local_depths: dict[Hashable, tuple[int, int]] = {}
         self.evicting: set[str] = set()
         # When running jobs reach an attained-service level or their minimum run (gpuq.core.service):
         # a lazy heap of (time, job, attempt start); stale entries are skipped when popped.
         self.service_events: list[tuple[float, str, float]] = []
         self.service_events_now = float("-inf")
+        self.levels = LevelCache(self.config.service, self.jobs)  # attained-service tables (service.py)
         self.usage: dict[str, int] = {}  # queue -> GPUs held (running, not evicting) or kept (recovering)
         self.evicting_usage: dict[str, int] = {}  # queue -> GPUs its evicting gangs still hold
         self.model_usage: dict[str, dict[str, int]] = {}
@@ -267,7 +290,8 @@ class ClusterIndex:
 
     # ---- jobs -----------------------------------------------------------------------------------
 
-    def _add_job(self, job: Job) -> None:
+    def _add_job(self, job: Job, same_service: bool = False) -> None:
+        """`same_service`: it replaces a job whose service times and level entry it shares (kept)."""
         key = job.key
         self.jobs[key] = job
         d = Demand.of(job.workers)
@@ -297,7 +321,9 @@ class ClusterIndex:
         if missing:
             self.orphans[key] = tuple(sorted(set(missing)))
         self.running_by_queue.setdefault(job.queue, set()).add(key)
-        self._push_service_events(job)
+        if not same_service:
+            self._push_service_events(job)
+            self.levels.add(job)
         if job.min_runtime_seconds > 0:
             self.min_runtime_running += 1
         prios = self.running_priorities.setdefault(job.queue, {})
@@ -338,7 +364,7 @@ class ClusterIndex:
             heapq.heappop(heap)
         return float("inf")
 
-    def _remove_job(self, key: str) -> None:
+    def _remove_job(self, key: str, same_service: bool = False) -> None:
         job = self.jobs.pop(key)
         d = self.demand.pop(key)
         if job.running is None:
@@ -352,6 +378,8 @@ class ClusterIndex:
         placed = self.job_nodes.pop(key)
         self.orphans.pop(key, None)
         self.running_by_queue[job.queue].discard(key)
+        if not same_service:
+            self.levels.remove(job)
         if job.min_runtime_seconds > 0:
             self.min_runtime_running -= 1
         prios = self.running_priorities[job.queue]
@@ -455,15 +483,16 @@ class ClusterIndex:
                 self._remove_job(key)
         for job in jobs:
             old = self.jobs.get(job.key)
+            same = old is not None and _same_service(old, job)
             if old is not None:
                 if _started(old, job):
                     self.takes += 1
                 else:
                     self.changes += 1
-                self._remove_job(job.key)
+                self._remove_job(job.key, same)
             elif job.running is not None or job.recovering:
                 self.changes += 1
-            self._add_job(job)
+            self._add_job(job, same)
         self.snapshot = snapshot
         if len(snapshot.nodes) != len(self.nodes) or len(snapshot.jobs) != len(self.jobs):
             self._build(snapshot)

@@ -87,7 +87,7 @@ def may_have_victims(
     quota_gpus: int,
     service: ServiceView | None = None,
 ) -> bool:
-    """A cheap necessary condition for allowed_victims to find any: O(priorities + 1), not O(jobs)
+    """A cheap necessary condition for allowed_jobs to find any: O(priorities + 1), not O(jobs)
     (the attained-service part is computed once per queue and cycle by `service`)."""
     if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY:
         prios = ix.running_priorities.get(q.name)
@@ -97,7 +97,7 @@ def may_have_victims(
             if service is None:
                 return True  # no cycle view at hand: assume some job of the queue outranks it
             own = ix.running_by_queue.get(q.name, ())
-            if service.outranked(q.name, (ix.jobs[k] for k in own), job):
+            if service.outranks_any(q.name, (ix.jobs[k] for k in own), job):
                 return True
     if (
         q.cohort is None
@@ -121,7 +121,7 @@ def reclaimed_by_eviction(book: QuotaBook, peer: Queue, leaving: Mapping[str, in
     return gone > 0 and book.used(peer.name) + gone > peer.nominal_gpus
 
 
-def allowed_victims(
+def allowed_jobs(
     ix: ClusterIndex,
     book: QuotaBook,
     job: Job,
@@ -131,8 +131,9 @@ def allowed_victims(
     unavailable: set[str],
     protected: frozenset[str] = frozenset(),
     service: ServiceView | None = None,
-) -> list[Victim]:
-    """Victims job may preempt, sorted cheapest first (already-evicting ones first, at cost 0).
+) -> list[tuple[Job, bool]]:
+    """The running jobs job may preempt, with whether each is a reclaim, unsorted (`victims` makes
+    them Victims, sorted cheapest first: already-evicting ones first, at cost 0).
     `protected`: queues whose jobs may not be taken now (non-preemptible, or out of preemptions).
     `service`: the cycle's ServiceView (built here when not given)."""
     keys: list[tuple[str, bool]] = []
@@ -176,9 +177,41 @@ def allowed_victims(
             continue
         if key not in evicting_set and not may_stop(v, protected, now):
             continue
-        out.append(victim_of(ix, v, now, reclaim))
+        out.append((v, reclaim))
+    return out
+
+
+def victims(ix: ClusterIndex, allowed: Iterable[tuple[Job, bool]], now: float) -> list[Victim]:
+    """allowed_jobs' jobs as victims, sorted cheapest first."""
+    out = [victim_of(ix, v, now, reclaim) for v, reclaim in allowed]
     out.sort()
     return out
+
+
+def room_for(
+    st: CycleState, allowed: Iterable[tuple[Job, bool]], demand: Demand, replicas: int, pools: Sequence[Pool]
+) -> bool:
+    """Whether evicting every allowed victim at once could leave GPU slots for the gang in one of the
+    pools. A search places whole workers on GPUs the victims it picks (a subset) release, so when
+    even all of them leave fewer than `replicas` slots, no search can succeed: an exact necessary
+    condition, O(victims + pool nodes), that spares most failing searches their whole cost."""
+    g = demand.gpus
+    if g <= 0:
+        return True
+    ix, free = st.ix, st.free_gpu
+    released: dict[int, int] = {}
+    for v, _ in allowed:
+        for n, k in ix.job_nodes[v.key]:
+            released[n] = released.get(n, 0) + k * ix.demand[v.key].gpus
+    for pool in pools:
+        member = pool.member
+        slots = pool.slots(0, g, replicas)  # the whole cluster's (domain 0) free slots now
+        for n, r in released.items():
+            if member[n]:
+                slots += max(free[n] + r, 0) // g - max(free[n], 0) // g
+        if slots >= replicas:
+            return True
+    return False
 
 
 def may_stop(job: Job, protected: frozenset[str], now: float) -> bool:
@@ -230,10 +263,13 @@ def victims_per_queue(plan: Plan) -> dict[str, int]:
     return out
 
 
+NO_VICTIMS: Cost = (float("-inf"), 0.0, 0)  # the cost of a set without new victims: the least there is
+
+
 def set_cost(victims: Sequence[Victim]) -> Cost:
     new = [v for v in victims if not v.evicting]
     if not new:
-        return (float("-inf"), 0.0, 0)
+        return NO_VICTIMS
     return (float(max(v.priority for v in new)), sum(v.lost for v in new), len(new))
 
 
@@ -435,6 +471,16 @@ class _Search:
             return (float(v.priority), lost, count)
         return (max(quota_cost[0], float(v.priority)), quota_cost[1] + lost, quota_cost[2] + count)
 
+    def _unbeatable(self, cost: Cost, p: Placement, bounds: Sequence[Cost]) -> bool:
+        """Whether no domain still to verify could give a plan that replaces this one, so their
+        verifications are skipped. It must sit on one node (every one-node placement ties on depth and
+        communication cost, and a tie keeps the first), and cost nothing (no new victim) or no more
+        than every remaining domain's lower bound (a true bound only without quota victims: pruning
+        may find a cheaper quota set than the greedy one the bound counts)."""
+        if p.depth != self.st.tree.node_depth:
+            return False
+        return cost == NO_VICTIMS or (not self.quota_set and all(cost <= lb for lb in bounds))
+
     def run(self, pools: Sequence[Pool]) -> Plan | None:
         tree, req = self.st.tree, self.req
         L = tree.node_depth
@@ -471,7 +517,7 @@ class _Search:
                     order.append((lb, pi, key))
             order.sort()
             # Estimate in that order until VERIFY_BATCH estimates exist that no later domain can beat.
-            estimates: list[tuple[Cost, int, int, list[int]]] = []
+            estimates: list[tuple[Cost, int, int, list[int], Cost]] = []
             walked = 0
             for lb, pi, key in order:
                 if len(estimates) >= VERIFY_BATCH and (
@@ -482,9 +528,10 @@ class _Search:
                 chosen = self.estimate(pools[pi], dom, node, buckets[key])
                 walked += len(buckets[key]) if chosen is None else len(chosen)
                 if chosen is not None:
-                    bisect.insort(estimates, (set_cost([self.cands[ci] for ci in chosen]), pi, key, chosen))
+                    cost = set_cost([self.cands[ci] for ci in chosen])
+                    bisect.insort(estimates, (cost, pi, key, chosen, lb))
             best: tuple[Cost, list[int], Placement] | None = None
-            for tried, (_, pi, key, chosen) in enumerate(estimates):
+            for tried, (_, pi, key, chosen, _) in enumerate(estimates):
                 if best is not None and tried >= VERIFY_BATCH:
                     break
                 dom, node = (tree.ancestors[key][-1], key) if t == L else (key, -1)
@@ -496,6 +543,8 @@ class _Search:
                 c = set_cost([self.cands[ci] for ci in final])
                 if best is None or (c, -p.depth, p.cost) < (best[0], -best[2].depth, best[2].cost):
                     best = (c, final, p)
+                    if self._unbeatable(c, p, [e[4] for e in estimates[tried + 1 : VERIFY_BATCH]]):
+                        break
             if best is not None:
                 c, final, p = best
                 victims = [self.cands[ci] for ci in final]

@@ -91,6 +91,31 @@ def _next_running_event(ix: ClusterIndex, config: SchedulerConfig, now: float) -
     return float("inf")
 
 
+def _deepest_holding(ix: ClusterIndex, d: Demand, R: int, pools: list[Pool]) -> int:
+    """The deepest level where one domain of some pool could hold R workers of d on an empty cluster,
+    by each node's allocatable resources (worker slots, not GPU totals: a rack of two 8-GPU nodes
+    holds four 3-GPU workers, not five)."""
+    tree = ix.tree
+    L = tree.node_depth
+    depth = 0
+    for pool in pools:
+        slots = {
+            n: slots_on(ix.cap_gpu[n], ix.cap_cpu[n], ix.cap_mem[n], ix.nodes[n].allocatable.extra, d)
+            for n in pool.member_list()
+        }
+        if depth < L and any(k >= R for k in slots.values()):
+            depth = L  # one node holds it
+        for t in range(L - 1, depth, -1):  # only deeper than what another pool already found
+            per_domain: dict[int, int] = {}
+            for n, k in slots.items():
+                dom = tree.ancestors[n][t]
+                per_domain[dom] = per_domain.get(dom, 0) + k
+            if any(k >= R for k in per_domain.values()):
+                depth = t
+                break
+    return depth
+
+
 @dataclass(frozen=True, slots=True)
 class _Failed:
     """How a pending class failed in a cycle (its first job tried, as head or not)."""
@@ -185,7 +210,7 @@ class _Cycle:
             q.name: left for q in snapshot.queues if (left := q.preemption.budget()) is not None
         }
         self.reason_memo: dict[Hashable, tuple[str, str]] = {}
-        self.local_depth: dict[Hashable, int] = {}  # _local_depth's memo
+        self.stages: dict[str, int] = {}  # _stage's memo: a job's stage is fixed within a cycle
         self.preempt_fail: dict[Hashable, int] = {}
         self.admitted = 0
         self.reserved: list[str] = []  # starving jobs holding a reservation this cycle
@@ -205,7 +230,7 @@ class _Cycle:
         self.failed_in: dict[tuple[str, int], _Failed] = {}  # the last cycle's, when still valid
         self.started_since = False  # jobs started since the last cycle (new preemption victims)
         self.held_out = False  # the last job tried failed only because of its locality wait
-        self.service = ServiceView(config.service, now)
+        self.service = ServiceView(config.service, now, ix.levels)
 
     # ---- driver ---------------------------------------------------------------------------------
 
@@ -513,8 +538,11 @@ class _Cycle:
         return (starves, max(starves, job.created_at + self.cfg.consolidation.min_wait_seconds))
 
     def _stage(self, job: Job) -> int:
-        """How many of its _stage_times a waiting job has passed."""
-        return sum(self.now >= t for t in self._stage_times(job))
+        """How many of its _stage_times a waiting job has passed (asked up to three times a try)."""
+        stage = self.stages.get(job.key)
+        if stage is None:
+            stage = self.stages[job.key] = sum(self.now >= t for t in self._stage_times(job))
+        return stage
 
     @staticmethod
     def _advance(heads: _Heads, keys: list[OrderKey], ck: int, cur: int) -> None:
@@ -567,9 +595,19 @@ class _Cycle:
                         )
 
     def _never_fits(self, job: Job) -> str | None:
-        d = self.ix.demand[job.key]
-        short = self.ix.never_fits(job, d)
-        return None if short is None else capacity_reason(job.workers.replicas, d, short)
+        """Why no node set could ever hold the gang, or None. A queued job's answer is its pending
+        class's (same shape and constraints) until nodes change: the index keeps it per class."""
+        ix = self.ix
+        ck = ix.job_class.get(job.key)
+        kept = ix.class_never.get(ck) if ck is not None else None
+        if kept is not None and kept[0] == ix.static_version:
+            return kept[1]
+        d = ix.demand[job.key]
+        short = ix.never_fits(job, d)
+        reason = None if short is None else capacity_reason(job.workers.replicas, d, short)
+        if ck is not None:
+            ix.class_never[ck] = (ix.static_version, reason)
+        return reason
 
     def _try(self, job: Job, q: Queue, is_head: bool) -> _Outcome:
         st, book = self.st, self.book
@@ -688,10 +726,13 @@ class _Cycle:
             return _Outcome.FAILED
         self.searches += 1
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
-        cands = preemption.allowed_victims(
+        allowed = preemption.allowed_jobs(
             self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected, self.service
         )
-        plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
+        plan = None
+        if preemption.room_for(st, allowed, d, req.replicas, tiers[-1]):
+            cands = preemption.victims(self.ix, allowed, self.now)
+            plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
         if plan is None:
             self.preempt_fail[memo_key] = st.gives
             return _Outcome.FAILED
@@ -917,31 +958,17 @@ class _Cycle:
 
     def _local_depth(self, d: Demand, R: int, pools: list[Pool]) -> int:
         """The deepest level where one domain of some pool could hold the gang's R workers on an empty
-        cluster, by each node's allocatable resources (worker slots, not GPU totals: a rack of two
-        8-GPU nodes holds four 3-GPU workers, not five). Capacities do not change within a cycle:
-        memoized per demand, size and pool set."""
-        key = (d, R, tuple(id(p) for p in pools))
-        depth = self.local_depth.get(key)
-        if depth is None:
-            ix, tree = self.ix, self.st.tree
-            L = tree.node_depth
-            depth = 0
-            for pool in pools:
-                slots = {
-                    n: slots_on(ix.cap_gpu[n], ix.cap_cpu[n], ix.cap_mem[n], ix.nodes[n].allocatable.extra, d)
-                    for n in pool.member_list()
-                }
-                if depth < L and any(k >= R for k in slots.values()):
-                    depth = L  # one node holds it
-                for t in range(L - 1, depth, -1):  # only deeper than what another pool already found
-                    per_domain: dict[int, int] = {}
-                    for n, k in slots.items():
-                        dom = tree.ancestors[n][t]
-                        per_domain[dom] = per_domain.get(dom, 0) + k
-                    if any(k >= R for k in per_domain.values()):
-                        depth = t
-                        break
-            self.local_depth[key] = depth
+        cluster (_deepest_holding). Capacities change only with the nodes: the index keeps it per
+        demand, size and pools' members until they do (static_version)."""
+        ix = self.ix
+        key = (d, R, tuple(bytes(p.member) for p in pools))
+        kept = ix.local_depths.get(key)
+        if kept is not None and kept[0] == ix.static_version:
+            return kept[1]
+        depth = _deepest_holding(ix, d, R, pools)
+        if len(ix.local_depths) > 1024:
+            ix.local_depths.clear()
+        ix.local_depths[key] = (ix.static_version, depth)
         return depth
 
     def _local_until(self, job: Job) -> float:

@@ -6,12 +6,13 @@ Its level is how many thresholds that reached. Pending jobs' levels do not chang
 queue order can be kept sorted; running jobs' levels grow with time, which makes them victims of
 lower-level jobs of their own queue and priority, once they ran the minimum run in their current
 attempt, unless (spare_larger_gangs) they run on several nodes and hold more GPUs than the job that
-would evict them needs (gpuq.core.preemption.allowed_victims, with this cycle's ServiceView).
+would evict them needs (gpuq.core.preemption.allowed_jobs, with this cycle's ServiceView).
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Iterable
 
 from gpuq.core.config import ServiceOrdering
@@ -49,38 +50,115 @@ def service_times(job: Job, rule: ServiceOrdering, moves: bool = False) -> tuple
     return tuple(times)
 
 
+# Seconds around a level or minimum-run time within which a kept entry is computed again: far above
+# the float rounding of those times (nanoseconds at a trace's scale), far below any real gap.
+EPS = 1e-3
+
+Entry = tuple[int, int, bool]  # (level, GPUs, spans several nodes)
+Levels = dict[str, Entry]  # key -> entry: running jobs past their minimum run at a level above 0
+
+
+def _entry(job: Job, rule: ServiceOrdering, now: float) -> Entry | None:
+    """The job's entry in its queue's table at `now`, or None (not past its minimum run, level 0)."""
+    run = job.running
+    if run is None or run.started_at > now - rule.min_run_seconds:
+        return None
+    lv = level_of(attained(job, now), rule.thresholds_gpu_seconds)
+    return (lv, held_gpus(job), len(set(run.placement)) > 1) if lv > 0 else None
+
+
+def _table(running: Iterable[Job], rule: ServiceOrdering, now: float) -> Levels:
+    return {job.key: e for job in running if (e := _entry(job, rule, now)) is not None}
+
+
+class LevelCache:
+    """The ServiceView tables of every queue, kept across cycles by the ClusterIndex and changed by
+    scheduled events instead of a scan per cycle: a running job's entry changes only when it passes
+    its minimum run or a level (service_times), so `advance(now)` recomputes the entries of the jobs
+    with such a time up to now + EPS. A time within EPS of `now` stays scheduled (rounding may put the
+    real change on either side), so every entry is the one _entry gives at `now`. The index reports
+    running jobs that come (`add`: entry at the last `now`, times scheduled) and go (`remove`)."""
+
+    def __init__(self, rule: ServiceOrdering, jobs: dict[str, Job]) -> None:
+        self.rule = rule
+        self.jobs = jobs  # the index's, by key
+        self.now = float("-inf")
+        self.tables: dict[str, Levels] = {}
+        self._due: list[tuple[float, str, float]] = []  # heap of (time, job, its attempt's start)
+
+    def add(self, job: Job) -> None:
+        run = job.running
+        if run is None or not self.rule.preempts:
+            return
+        entry = _entry(job, self.rule, self.now)
+        if entry is not None:
+            self.tables.setdefault(job.queue, {})[job.key] = entry
+        for t in service_times(job, self.rule):
+            if t > self.now - EPS:
+                heapq.heappush(self._due, (t, job.key, run.started_at))
+
+    def remove(self, job: Job) -> None:
+        table = self.tables.get(job.queue)
+        if table is not None:
+            table.pop(job.key, None)
+
+    def advance(self, now: float) -> None:
+        if now < self.now:  # time went back: every entry from scratch
+            self.now, self._due, self.tables = float("-inf"), [], {}
+            for job in self.jobs.values():
+                self.add(job)
+        self.now = now
+        due, again = self._due, []
+        while due and due[0][0] <= now + EPS:
+            t, key, started = heapq.heappop(due)
+            found = self.jobs.get(key)
+            if found is None or found.running is None or found.running.started_at != started:
+                continue  # gone or restarted since: its new attempt scheduled its own times
+            table = self.tables.setdefault(found.queue, {})
+            entry = _entry(found, self.rule, now)
+            if entry is None:
+                table.pop(key, None)
+            else:
+                table[key] = entry
+            if t > now - EPS:
+                again.append((t, key, started))
+        for item in again:
+            heapq.heappush(due, item)
+
+
 class ServiceView:
     """One cycle's view of attained service: which running jobs of a queue have passed their minimum
-    run, at which level (computed once per queue and cycle: preemption searches ask many times)."""
+    run, at which level (computed once per queue and cycle: preemption searches ask many times; with
+    a LevelCache, once per queue until one of its jobs reaches a new level or its minimum run)."""
 
-    def __init__(self, rule: ServiceOrdering, now: float) -> None:
+    def __init__(self, rule: ServiceOrdering, now: float, cache: LevelCache | None = None) -> None:
+        self.rule = rule
         self.now = now
         self.thresholds = rule.thresholds_gpu_seconds
         self.enabled = rule.preempts
-        self.min_run = rule.min_run_seconds
         self.spare_larger = rule.spare_larger_gangs
-        # per queue: key -> (level, GPUs, spans several nodes) of jobs past their minimum run
-        self._levels: dict[str, dict[str, tuple[int, int, bool]]] = {}
+        self.cache = cache if cache is not None and cache.rule == rule else None
+        if self.cache is not None:
+            self.cache.advance(now)
+        self._levels: dict[str, Levels] = {}  # per queue, this cycle (without a cache)
 
     def level(self, job: Job) -> int:
         return level_of(attained(job, self.now), self.thresholds)
+
+    def _queue_levels(self, queue: str, running: Iterable[Job]) -> Levels:
+        if self.cache is not None:
+            return self.cache.tables.get(queue, {})
+        levels = self._levels.get(queue)
+        if levels is None:
+            levels = self._levels[queue] = _table(running, self.rule, self.now)
+        return levels
 
     def outranked(self, queue: str, running: Iterable[Job], job: Job) -> dict[str, int]:
         """Running jobs of `queue` (given as `running`) that `job` may evict by attained service: past
         their minimum run in this attempt and at a higher level than `job`, by key."""
         if not self.enabled:
             return {}
-        levels = self._levels.get(queue)
-        if levels is None:
-            latest = self.now - self.min_run
-            levels = {}
-            for victim in running:
-                run = victim.running
-                if run is not None and run.started_at <= latest:
-                    lv = self.level(victim)
-                    if lv > 0:
-                        levels[victim.key] = (lv, held_gpus(victim), len(set(run.placement)) > 1)
-            self._levels[queue] = levels
+        levels = self._queue_levels(queue, running)
         mine = self.level(job)
         need = job.workers.total_gpus
         return {
@@ -88,3 +166,14 @@ class ServiceView:
             for key, (lv, gpus, multi) in levels.items()
             if lv > mine and not (self.spare_larger and multi and gpus > need)
         }
+
+    def outranks_any(self, queue: str, running: Iterable[Job], job: Job) -> bool:
+        """Whether outranked(queue, running, job) is not empty (stops at the first)."""
+        if not self.enabled:
+            return False
+        mine = self.level(job)
+        need = job.workers.total_gpus
+        return any(
+            lv > mine and not (self.spare_larger and multi and gpus > need)
+            for lv, gpus, multi in self._queue_levels(queue, running).values()
+        )

@@ -388,7 +388,8 @@ def _preemption_lines(
     if code == PendingCode.WAITING_FOR_PREEMPTION:
         return ["it is preempting: see 'What would unblock it'"]
     protected = frozenset(name for name, qq in state.queues().items() if qq.preemption.budget() == 0)
-    cands = preemption.allowed_victims(state.ix, book, job, q, gpus, state.now, set(), protected)
+    allowed = preemption.allowed_jobs(state.ix, book, job, q, gpus, state.now, set(), protected)
+    cands = preemption.victims(state.ix, allowed, state.now)
     if cands:
         names = ", ".join(f"{v.key} (priority {v.priority}, {v.gpus} GPUs)" for v in cands[:SHOW])
         why = (

@@ -9,6 +9,7 @@ far, old and new). Gang policies always return whole placements.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,15 +42,23 @@ class Policy(Protocol):
     ) -> Decisions: ...
 
 
+class ShadowMismatch(AssertionError):
+    """A cycle decided with the kept index differs from the same cycle decided afresh."""
+
+
 class GpuqPolicy:
     """The real scheduling core; nothing of its logic is copied here. It keeps the core's
-    `ClusterIndex` between cycles and feeds it the deltas (decisions are identical, only faster)."""
+    `ClusterIndex` between cycles and feeds it the deltas (decisions are identical, only faster).
+    `verify` (a shadow run; GPUQ_VERIFY_INDEX=1 for `gpuq simulate`): every cycle is decided again
+    with a fresh index, so no memo, kept table or recalled failure of the kept one, and must be equal."""
 
     name = "gpuq"
     checkpoint_on_preempt = True
 
-    def __init__(self, use_index: bool = True) -> None:
+    def __init__(self, use_index: bool = True, verify: bool = False) -> None:
         self.use_index = use_index
+        self.verify = verify
+        self.verified = 0  # cycles compared (verify)
         self.index: Any = None
 
     def schedule(self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta) -> Decisions:
@@ -67,7 +76,13 @@ class GpuqPolicy:
                 removed_jobs=delta.removed_jobs,
             )
         # The loop never reads pending reasons: skip explaining every waiting job in every cycle.
-        return schedule(snapshot, now, config, index=self.index, explain=False)
+        decisions = schedule(snapshot, now, config, index=self.index, explain=False)
+        if self.verify:
+            fresh = schedule(snapshot, now, config, explain=False)
+            if fresh != decisions:
+                raise ShadowMismatch(f"cycle at t={now}: kept index decided {decisions}, a fresh one {fresh}")
+            self.verified += 1
+        return decisions
 
 
 def make_policy(name: str, seed: int = 0) -> Policy:
@@ -75,7 +90,7 @@ def make_policy(name: str, seed: int = 0) -> Policy:
     from gpuq.sim.kueue import gang_binpack, kueue_tas
 
     if name == "gpuq":
-        return GpuqPolicy()
+        return GpuqPolicy(verify=os.environ.get("GPUQ_VERIFY_INDEX") == "1")
     if name == "kube-default":
         return KubeDefault(seed)
     if name == "gang-binpack":
