@@ -476,13 +476,10 @@ class KueuePath:
             plural = kueue_stack.plural(obj["kind"])
             group, version = obj["apiVersion"].split("/")
             name = obj["metadata"]["name"]
-            if obj["kind"] == "LocalQueue":
-                if verb == "create":
-                    self.custom.create_namespaced_custom_object(group, version, self.ns, plural, obj)
-                else:
-                    self.custom.delete_namespaced_custom_object(group, version, self.ns, plural, name)
-            elif verb == "create":
-                self.custom.create_cluster_custom_object(group, version, plural, obj)
+            if verb == "create":
+                kueue_stack.create(self.custom, obj, self.ns)
+            elif obj["kind"] == "LocalQueue":
+                self.custom.delete_namespaced_custom_object(group, version, self.ns, plural, name)
             else:
                 self.custom.delete_cluster_custom_object(group, version, plural, name)
 

@@ -56,6 +56,7 @@ from gpuq.peers.replay_slice import SliceError, dns_label, replay_jobs, slice_tr
 from gpuq.peers.replay_tracker import ReplayJob, Tracker
 from gpuq.sim.cluster import ClusterShape, build_nodes, shape_for_gpus
 from gpuq.sim.engine import SimOptions
+from gpuq.sim.metrics import percentile
 from gpuq.sim.queues import derive_queues
 from gpuq.sim.readers import read_trace
 from gpuq.sim.scenario import Scenario
@@ -113,7 +114,7 @@ def figure_cluster(shape: Shape) -> FigureCluster:
 
 # -- what each side submits -------------------------------------------------------------------------
 def training_job(job: ReplayJob) -> dict[str, Any]:
-    body = GpuqClient.job_body(
+    return GpuqClient.job_body(
         job.name,
         job.queue,
         job.workers,
@@ -123,7 +124,6 @@ def training_job(job: ReplayJob) -> dict[str, Any]:
         # Nothing in the replay saves checkpoints: a victim goes at once, as Kueue's does.
         checkpoint={"requestOnPreemption": False},
     )
-    return body
 
 
 def indexed_job(job: ReplayJob, kueue: bool) -> dict[str, Any]:
@@ -141,20 +141,17 @@ def indexed_job(job: ReplayJob, kueue: bool) -> dict[str, Any]:
     )
     labels = body["metadata"]["labels"]
     if kueue:
-        labels[PRIORITY_CLASS_LABEL] = priority_class(job.priority)
+        labels[kueue_stack.PRIORITY_CLASS_LABEL] = priority_class(job.priority)
     else:
         labels.clear()
     return body
-
-
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 
 
 def priority_class(priority: int) -> str:
     return f"priority-{priority}" if priority >= 0 else f"priority-minus-{-priority}"
 
 
-def kueue_objects(queues: Sequence[Queue], priorities: set[int], gpus: int) -> list[dict[str, Any]]:
+def kueue_objects(queues: Sequence[Queue], priorities: set[int]) -> list[dict[str, Any]]:
     """What a Kueue user applies for these queues: one Topology and TAS flavor over the GPU nodes, a
     ClusterQueue per GPUQueue (same cohort, quota, borrowing limit, gpuq's default preemption),
     its LocalQueue, a WorkloadPriorityClass per priority of the slice."""
@@ -207,16 +204,6 @@ def kueue_objects(queues: Sequence[Queue], priorities: set[int], gpus: int) -> l
             }
         )
     return out
-
-
-def create_kueue_objects(custom: k8s.CustomObjectsApi, objects: Sequence[dict[str, Any]]) -> None:
-    group, version = KUEUE_API
-    for obj in objects:
-        plural = kueue_stack.plural(obj["kind"])
-        if obj["kind"] == "LocalQueue":
-            custom.create_namespaced_custom_object(group, version, NS, plural, obj)
-        else:
-            custom.create_cluster_custom_object(group, version, plural, obj)
 
 
 # -- one side ------------------------------------------------------------------------------------------
@@ -331,8 +318,9 @@ def set_up(
             config={**kueue_stack.BENCH_CLIENT, "waitForPodsReady": {"timeout": "5m"}},
         )
         stack.up(say=lambda m: print(f"  {m}", flush=True))
-        objects = kueue_objects(queues, {j.priority for j in jobs}, dev.shape.gpu_count)
-        create_kueue_objects(k8s.CustomObjectsApi(api), objects)
+        custom = k8s.CustomObjectsApi(api)
+        for obj in kueue_objects(queues, {j.priority for j in jobs}):
+            kueue_stack.create(custom, obj, NS)
         return stack.down
     return lambda: None
 
@@ -378,9 +366,8 @@ def replay(
         with pods.lock:
             observed = tracker.observed()
     out = figures(observed, figure_cluster(shape), until=end)
-    waits = sorted(r.runs[0].start - r.created for r in observed if r.runs)
-    out["queueing_fast_s"] = waits[len(waits) // 10] if waits else math.nan
-    out["submit_late_p99_s"] = sorted(late)[int(0.99 * (len(late) - 1))] if late else 0.0
+    out["queueing_fast_s"] = percentile([r.runs[0].start - r.created for r in observed if r.runs], 10)
+    out["submit_late_p99_s"] = percentile(late, 99)
     out["wall_s"] = end
     print(f"{side}: {out['finished']} of {len(jobs)} finished in {end:.0f} s", flush=True)
     return out
@@ -518,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = {
             "replay": {s: json_figures(f) for s, f in replayed.items()},
-            "sim": {("gpuq" if p == "gpuq" else p): json_figures(f) for p, f in simulated.items()},
+            "sim": {p: json_figures(f) for p, f in simulated.items()},
         }
         args.json.write_text(json.dumps(out, indent=2))
     return 0

@@ -55,12 +55,7 @@ def test_a_kueue_users_job_is_admitted_and_bound_then_kueue_goes_away(
         for obj in kueue_stack.queue_objects(
             "q", NS, 32, (RACK_LABEL, HOSTNAME_LABEL), {"type": "kwok"}, False
         ):
-            group, version = obj["apiVersion"].split("/")
-            plural = kueue_stack.plural(obj["kind"])
-            if obj["kind"] == "LocalQueue":
-                custom.create_namespaced_custom_object(group, version, NS, plural, obj)
-            else:
-                custom.create_cluster_custom_object(group, version, plural, obj)
+            kueue_stack.create(custom, obj, NS)
         job = kueue_stack.indexed_job("gang", "q", 2, 8, DEFAULT_IMAGE, ("required", RACK_LABEL))
         created = batch.create_namespaced_job(NS, job)
         assert created.spec.suspend is True  # Kueue's webhook holds it until admitted

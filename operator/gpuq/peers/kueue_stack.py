@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client as k8s
 
 from gpuq.peers.kueue_binaries import KueueBuild
 from gpuq.peers.local_controller import LocalController, free_port, host_address
@@ -40,6 +41,7 @@ _PROBE = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "met
 # admissions below what the API server takes here and flatter gpuq.
 BENCH_CLIENT = {"clientConnection": {"qps": 200, "burst": 400}}
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"  # names a WorkloadPriorityClass
 PODSET_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 PODSET_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 _SERVICE_PORTS = {  # Service -> the manager's port (by what the Deployment's container names it)
@@ -166,6 +168,15 @@ def queue_objects(
         {"apiVersion": API, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
          "spec": {"clusterQueue": name}},
     ]  # fmt: skip
+
+
+def create(custom: k8s.CustomObjectsApi, obj: Mapping[str, Any], namespace: str) -> None:
+    """Create one object a Kueue user writes: a LocalQueue in `namespace`, the others cluster-wide."""
+    group, version = obj["apiVersion"].split("/")
+    if obj["kind"] == "LocalQueue":
+        custom.create_namespaced_custom_object(group, version, namespace, plural(obj["kind"]), dict(obj))
+    else:
+        custom.create_cluster_custom_object(group, version, plural(obj["kind"]), dict(obj))
 
 
 def plural(kind: str) -> str:
