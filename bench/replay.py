@@ -45,7 +45,7 @@ from gpuq.config import load_config
 from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
 from gpuq.core.model import Queue
 from gpuq.devcluster import SIM_DURATION, Cluster, Shape, ensure_binaries
-from gpuq.devcluster.shape import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL
+from gpuq.devcluster.shape import RACK_LABEL
 from gpuq.devcluster.testing import wait_for
 from gpuq.peers import kueue_stack
 from gpuq.peers.kueue_binaries import ensure_kueue
@@ -68,7 +68,6 @@ TARGET_SECONDS = 900.0  # --compress's default: the slice back to back in 15 min
 SIM_POLICIES = {"gpuq": "gpuq", "kueue": "kueue-tas"}
 IMAGE = "registry.k8s.io/pause:3.10"
 JOB_LABELS = {"gpuq": meta.LABEL_JOB_NAME, "kueue": "batch.kubernetes.io/job-name"}
-KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 # The replay's pods run their duration whatever happened before: a killed pod starts over, no
 # checkpoint, no slowdown, no start-up cost. The simulator is given the same costs.
 SIM_OPTIONS = SimOptions(
@@ -141,69 +140,10 @@ def indexed_job(job: ReplayJob, kueue: bool) -> dict[str, Any]:
     )
     labels = body["metadata"]["labels"]
     if kueue:
-        labels[kueue_stack.PRIORITY_CLASS_LABEL] = priority_class(job.priority)
+        labels[kueue_stack.PRIORITY_CLASS_LABEL] = kueue_stack.priority_class(job.priority)
     else:
         labels.clear()
     return body
-
-
-def priority_class(priority: int) -> str:
-    return f"priority-{priority}" if priority >= 0 else f"priority-minus-{-priority}"
-
-
-def kueue_objects(queues: Sequence[Queue], priorities: set[int]) -> list[dict[str, Any]]:
-    """What a Kueue user applies for these queues: one Topology and TAS flavor over the GPU nodes, a
-    ClusterQueue per GPUQueue (same cohort, quota, borrowing limit, gpuq's default preemption),
-    its LocalQueue, a WorkloadPriorityClass per priority of the slice."""
-    api = "/".join(KUEUE_API)
-    levels = [{"nodeLabel": label} for label in (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL)]
-    out: list[dict[str, Any]] = [
-        {"apiVersion": api, "kind": "Topology", "metadata": {"name": "gpus"}, "spec": {"levels": levels}},
-        {
-            "apiVersion": api,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "gpus"},
-            "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": "gpus"},
-        },
-    ]
-    for value in sorted(priorities):
-        out.append(
-            {
-                "apiVersion": api,
-                "kind": "WorkloadPriorityClass",
-                "metadata": {"name": priority_class(value)},
-                "value": value,
-            }
-        )
-    for q in queues:
-        resource: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": q.nominal_gpus}
-        if q.borrowing_limit_gpus is not None:
-            resource["borrowingLimit"] = q.borrowing_limit_gpus
-        spec: dict[str, Any] = {
-            "namespaceSelector": {},
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [
-                {
-                    "coveredResources": ["nvidia.com/gpu"],
-                    "flavors": [{"name": "gpus", "resources": [resource]}],
-                }
-            ],
-            # gpuq's GPUQueue defaults (withinQueue LowerPriority, reclaimWithinCohort Any) in Kueue's words.
-            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
-        }
-        if q.cohort:
-            spec["cohortName"] = q.cohort
-        name = dns_label(q.name)
-        out.append({"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
-        out.append(
-            {
-                "apiVersion": api,
-                "kind": "LocalQueue",
-                "metadata": {"name": name, "namespace": NS},
-                "spec": {"clusterQueue": name},
-            }
-        )
-    return out
 
 
 # -- one side ------------------------------------------------------------------------------------------
@@ -319,7 +259,7 @@ def set_up(
         )
         stack.up(say=lambda m: print(f"  {m}", flush=True))
         custom = k8s.CustomObjectsApi(api)
-        for obj in kueue_objects(queues, {j.priority for j in jobs}):
+        for obj in kueue_stack.kueue_objects(queues, {j.priority for j in jobs}, NS):
             kueue_stack.create(custom, obj, NS)
         return stack.down
     return lambda: None

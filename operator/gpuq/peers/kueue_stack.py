@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client as k8s
 
+from gpuq.core.model import Queue
+from gpuq.devcluster.shape import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL
 from gpuq.peers.kueue_binaries import KueueBuild
 from gpuq.peers.local_controller import LocalController, free_port, host_address
+from gpuq.peers.replay_slice import dns_label
 
 NAMESPACE = "kueue-system"
 # What a dry run sends through Kueue's webhooks to see that they answer.
@@ -168,6 +171,67 @@ def queue_objects(
         {"apiVersion": API, "kind": "LocalQueue", "metadata": {"name": name, "namespace": namespace},
          "spec": {"clusterQueue": name}},
     ]  # fmt: skip
+
+
+def priority_class(priority: int) -> str:
+    """The WorkloadPriorityClass of a priority (a DNS name, so negative ones spelled out)."""
+    return f"priority-{priority}" if priority >= 0 else f"priority-minus-{-priority}"
+
+
+def kueue_objects(queues: Sequence[Queue], priorities: set[int], namespace: str) -> list[dict[str, Any]]:
+    """What a Kueue user applies for these queues: one Topology and TAS flavor over the GPU nodes, a
+    ClusterQueue per GPUQueue (same cohort, quota, borrowing limit, gpuq's default preemption),
+    its LocalQueue in `namespace`, a WorkloadPriorityClass per priority. The Topology ends at the
+    hostname level, which TAS needs to replace a failed node."""
+    api = API
+    levels = [{"nodeLabel": label} for label in (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL)]
+    out: list[dict[str, Any]] = [
+        {"apiVersion": api, "kind": "Topology", "metadata": {"name": "gpus"}, "spec": {"levels": levels}},
+        {
+            "apiVersion": api,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "gpus"},
+            "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": "gpus"},
+        },
+    ]
+    for value in sorted(priorities):
+        out.append(
+            {
+                "apiVersion": api,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": priority_class(value)},
+                "value": value,
+            }
+        )
+    for q in queues:
+        resource: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": q.nominal_gpus}
+        if q.borrowing_limit_gpus is not None:
+            resource["borrowingLimit"] = q.borrowing_limit_gpus
+        spec: dict[str, Any] = {
+            "namespaceSelector": {},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu"],
+                    "flavors": [{"name": "gpus", "resources": [resource]}],
+                }
+            ],
+            # gpuq's GPUQueue defaults (withinQueue LowerPriority, reclaimWithinCohort Any) in Kueue's words.
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+        }
+        if q.cohort:
+            spec["cohortName"] = q.cohort
+        name = dns_label(q.name)
+        out.append({"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
+        out.append(
+            {
+                "apiVersion": api,
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterQueue": name},
+            }
+        )
+    return out
 
 
 def create(custom: k8s.CustomObjectsApi, obj: Mapping[str, Any], namespace: str) -> None:
