@@ -83,7 +83,9 @@ def saved_loss(gpus: int, save_started: float, evicted: float) -> Loss:
     return Loss(lost, lost)
 
 
-def victim_loss(gpus: int, saved: tuple[float, float] | None, interval: float = CHECKPOINT_INTERVAL_S) -> Loss:
+def victim_loss(
+    gpus: int, saved: tuple[float, float] | None, interval: float = CHECKPOINT_INTERVAL_S
+) -> Loss:
     """A preemption victim: `saved` = (save started, evicted) when it checkpointed before it went,
     None when it was killed without one."""
     return killed_loss(gpus, interval) if saved is None else saved_loss(gpus, *saved)
