@@ -37,9 +37,10 @@ from typing import Any
 
 from gpuq import logs
 from gpuq.controller.testing import DEFAULT_IMAGE, GpuqClient, OperatorProcess, install_crds
-from gpuq.devcluster import Cluster, Shape
+from gpuq.devcluster import Cluster
 from gpuq.devcluster.components import Timing
 from gpuq.devcluster.faults import (
+    SHAPE,
     JobSample,
     Sample,
     gpuq_failure,
@@ -51,7 +52,6 @@ from gpuq.devcluster.faults import (
 from gpuq.devcluster.shape import GPU_RESOURCE
 from gpuq.sim.metrics import percentile
 
-SHAPE = Shape(racks=4, nodes_per_rack=4, gpus_per_node=8, blocks=2, zones=1)
 NS = "bench-failover"
 REPLICAS, GPUS = 4, 8
 TUNED_TOLERATION = 10

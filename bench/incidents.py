@@ -48,10 +48,11 @@ from gpuq.api import meta
 from gpuq.controller.testing import DEFAULT_IMAGE, GpuqClient, OperatorProcess, install_crds
 from gpuq.core.model import Queue
 from gpuq.demo.trainer import Trainer, checkpoint_requested_at
-from gpuq.devcluster import Cluster, Shape, ensure_binaries
+from gpuq.devcluster import Cluster, ensure_binaries
 from gpuq.devcluster.components import Timing
 from gpuq.devcluster.faults import (
     JOB_NAME_LABEL,
+    SHAPE,
     JobSample,
     Sample,
     gpuq_failure,
@@ -67,7 +68,6 @@ from gpuq.peers.incident_figures import CHECKPOINT_INTERVAL_S, NONE, Loss, failu
 from gpuq.peers.kueue_binaries import ensure_kueue
 from gpuq.peers.kueue_stack import KueueStack
 
-SHAPE = Shape(racks=4, nodes_per_rack=4, gpus_per_node=8, blocks=2, zones=1)
 NS = "bench-incidents"
 QUEUE = "bench"
 GANG = (4, 8)  # workers x GPUs: the failing gang and the preemptor

@@ -17,8 +17,11 @@ from typing import Any
 
 from gpuq.api import meta
 from gpuq.devcluster.cluster import Cluster
+from gpuq.devcluster.shape import Shape
 from gpuq.devcluster.testing import wait_for
 
+# The failover benches' cluster: 16 nodes x 8 GPUs in 4 racks and 2 blocks (128 GPUs).
+SHAPE = Shape(racks=4, nodes_per_rack=4, gpus_per_node=8, blocks=2, zones=1)
 UNREADY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 JOB_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
