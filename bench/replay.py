@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,11 @@ from kubernetes import watch
 from gpuq import logs
 from gpuq.api import meta
 from gpuq.config import load_config
+from gpuq.controller.resources import parse_quantity
 from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
 from gpuq.core.model import Queue
 from gpuq.devcluster import SIM_DURATION, Cluster, Shape, ensure_binaries
-from gpuq.devcluster.shape import RACK_LABEL
+from gpuq.devcluster.shape import NODE_ALLOCATABLE, RACK_LABEL
 from gpuq.devcluster.testing import wait_for
 from gpuq.peers import kueue_stack
 from gpuq.peers.kueue_binaries import ensure_kueue
@@ -54,8 +56,8 @@ from gpuq.peers.replay_figures import Cluster as FigureCluster
 from gpuq.peers.replay_figures import figures
 from gpuq.peers.replay_slice import SliceError, dns_label, replay_jobs, slice_trace
 from gpuq.peers.replay_tracker import ReplayJob, Tracker
-from gpuq.sim.cluster import ClusterShape, build_nodes, shape_for_gpus
-from gpuq.sim.engine import SimOptions
+from gpuq.sim.cluster import GIB, ClusterShape, build_nodes, shape_for_gpus
+from gpuq.sim.engine import SimOptions, requests_per_gpu
 from gpuq.sim.metrics import percentile
 from gpuq.sim.queues import derive_queues
 from gpuq.sim.readers import read_trace
@@ -91,6 +93,14 @@ FIGURES = (
 )
 
 
+def sim_cluster(gpus: int, gpus_per_node: int, nodes_per_rack: int, racks_per_block: int) -> ClusterShape:
+    """The simulator's cluster: the shape asked for, each node with the CPU and memory a kwok node of
+    the local cluster offers (so the same CPU-heavy job fits the same nodes in both)."""
+    shape = shape_for_gpus(gpus, gpus_per_node, nodes_per_rack, racks_per_block)
+    cpu, memory = (parse_quantity(NODE_ALLOCATABLE[name]) for name in ("cpu", "memory"))
+    return replace(shape, cpu_per_node=int(cpu), memory_gib_per_node=int(memory / GIB))
+
+
 def dev_shape(shape: ClusterShape) -> Shape:
     """The local cluster of the simulator's shape (racks counted over the whole cluster)."""
     blocks = shape.zones * shape.blocks_per_zone
@@ -112,8 +122,18 @@ def figure_cluster(shape: Shape) -> FigureCluster:
 
 
 # -- what each side submits -------------------------------------------------------------------------
+def worker_requests(job: ReplayJob) -> dict[str, str]:
+    """The CPU and memory each worker asks for, as the simulator has them."""
+    out = {}
+    if job.cpu_millis:
+        out["cpu"] = f"{job.cpu_millis}m"
+    if job.memory_bytes:
+        out["memory"] = str(job.memory_bytes)
+    return out
+
+
 def training_job(job: ReplayJob) -> dict[str, Any]:
-    return GpuqClient.job_body(
+    body = GpuqClient.job_body(
         job.name,
         job.queue,
         job.workers,
@@ -123,6 +143,9 @@ def training_job(job: ReplayJob) -> dict[str, Any]:
         # Nothing in the replay saves checkpoints: a victim goes at once, as Kueue's does.
         checkpoint={"requestOnPreemption": False},
     )
+    if requests := worker_requests(job):
+        body["spec"]["workers"]["template"]["spec"]["containers"][0]["resources"] = {"requests": requests}
+    return body
 
 
 def indexed_job(job: ReplayJob, kueue: bool) -> dict[str, Any]:
@@ -137,6 +160,7 @@ def indexed_job(job: ReplayJob, kueue: bool) -> dict[str, Any]:
         IMAGE,
         topology,
         {SIM_DURATION: f"{job.duration:.3f}s"},
+        worker_requests(job),
     )
     labels = body["metadata"]["labels"]
     if kueue:
@@ -259,7 +283,9 @@ def set_up(
         )
         stack.up(say=lambda m: print(f"  {m}", flush=True))
         custom = k8s.CustomObjectsApi(api)
-        for obj in kueue_stack.kueue_objects(queues, {j.priority for j in jobs}, NS):
+        nodes = dev.shape.node_count
+        unbounded = {name: str(nodes * parse_quantity(NODE_ALLOCATABLE[name])) for name in ("cpu", "memory")}
+        for obj in kueue_stack.kueue_objects(queues, {j.priority for j in jobs}, NS, unbounded):
             kueue_stack.create(custom, obj, NS)
         return stack.down
     return lambda: None
@@ -308,6 +334,7 @@ def replay(
     out = figures(observed, figure_cluster(shape), until=end)
     out["queueing_fast_s"] = percentile([r.runs[0].start - r.created for r in observed if r.runs], 10)
     out["submit_late_p99_s"] = percentile(late, 99)
+    out["queueing_by_job"] = {r.key: r.runs[0].start - r.created for r in observed if r.runs}
     out["wall_s"] = end
     print(f"{side}: {out['finished']} of {len(jobs)} finished in {end:.0f} s", flush=True)
     return out
@@ -322,6 +349,36 @@ def auto_compression(
     )
     span = max(j.submit_time for j in uncompressed) + max(j.duration for j in uncompressed)
     return max(1.0, round(span / TARGET_SECONDS))
+
+
+def gap(sim: float, real: float) -> str:
+    """The simulation's relative error against the replay."""
+    return f"{100 * (sim - real) / real:+.1f}%" if real else f"{sim - real:+.2f} s (replay 0)"
+
+
+def divergences(
+    real: dict[str, Any], sim: dict[str, Any], jobs: Sequence[ReplayJob], keys: Sequence[str], top: int = 5
+) -> list[str]:
+    """The jobs whose queueing delay the simulation got most wrong, and the mean gap per job: where to
+    look for a rule the simulator plays differently from the scheduler it stands in for."""
+    simulated = {o.key: o.queueing_delay for o in sim["outcomes"]}
+    replayed = real["queueing_by_job"]
+    gaps = [
+        (simulated[key] - replayed[job.name], job, replayed[job.name], simulated[key])
+        for job, key in zip(jobs, keys, strict=True)
+        if key in simulated and job.name in replayed
+    ]
+    if not gaps:
+        return []
+    mean = sum(abs(g[0]) for g in gaps) / len(gaps)
+    lines = [f"  mean |sim - replay| queueing per job {mean:.1f} s over {len(gaps)} jobs; largest:"]
+    for _, job, r, s in sorted(gaps, key=lambda g: -abs(g[0]))[:top]:
+        lines.append(
+            f"    {job.name} ({job.queue}, {job.workers}x{job.gpus_per_worker} GPUs, priority "
+            f"{job.priority}, submitted {job.submit:.0f} s, runs {job.duration:.0f} s): "
+            f"replay {r:.1f} s, sim {s:.1f} s"
+        )
+    return lines
 
 
 def latency_share(f: dict[str, Any], jobs: Sequence[ReplayJob]) -> str:
@@ -398,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--sides: unknown {', '.join(unknown)} (choose from {', '.join(SIDES)})")
     logs.configure("WARNING")
     config = load_config(None)
-    sim_shape = shape_for_gpus(args.gpus, args.gpus_per_node, args.nodes_per_rack, args.racks_per_block)
+    sim_shape = sim_cluster(args.gpus, args.gpus_per_node, args.nodes_per_rack, args.racks_per_block)
     nodes = build_nodes(sim_shape, config)
     trace, report = read_trace(args.trace, args.format, True, None)
     compress = args.compress or auto_compression(trace, args.start, args.jobs, args.gpus, args.max_duration)
@@ -414,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     except SliceError as exc:
         ap.error(str(exc))
     queues = derive_queues(sliced, args.gpus)
-    jobs = replay_jobs(sliced, args.gpus_per_node)
+    jobs = replay_jobs(sliced, args.gpus_per_node, per_gpu=requests_per_gpu(nodes))
     shape = dev_shape(sim_shape)
     span = max(j.submit for j in jobs)
     durations = sorted(j.duration for j in jobs)
@@ -435,8 +492,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(columns)))
     for side, policy in SIM_POLICIES.items():
         if side in replayed:
-            real, sim = replayed[side]["jct"]["avg"], simulated[policy]["jct"]["avg"]
-            print(f"sim {policy} vs replay {side}: avg JCT {100 * (sim - real) / real:+.1f}%")
+            real, sim = replayed[side], simulated[policy]
+            print(
+                f"sim {policy} vs replay {side}: avg JCT {gap(sim['jct']['avg'], real['jct']['avg'])}, "
+                f"avg queueing {gap(sim['queueing_delay']['avg'], real['queueing_delay']['avg'])}"
+            )
+            print("\n".join(divergences(replayed[side], simulated[policy], jobs, [j.key for j in sliced])))
     for side, f in replayed.items():
         print(
             f"{side}: scheduling latency {latency_share(f, jobs)}; submissions late by up to "

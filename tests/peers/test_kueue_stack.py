@@ -36,3 +36,10 @@ def test_the_queue_objects_mirror_gpuqueues_with_a_topology_down_to_the_node() -
     assert cq["metadata"]["name"] == "team-a"
     assert cq["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"
     assert all(o["metadata"]["namespace"] == "ns" for o in objs if o["kind"] == "LocalQueue")
+    group = cq["spec"]["resourceGroups"][0]
+    assert group["coveredResources"] == ["nvidia.com/gpu"]
+    # Pods that also ask for cpu and memory need a ClusterQueue covering them; GPUs still bound.
+    wide = kueue_objects(queues, {0}, "ns", {"cpu": "760", "memory": "8000Gi"})
+    group = next(o for o in wide if o["kind"] == "ClusterQueue")["spec"]["resourceGroups"][0]
+    assert group["coveredResources"] == ["nvidia.com/gpu", "cpu", "memory"]
+    assert [r["nominalQuota"] for r in group["flavors"][0]["resources"]] == [64, "760", "8000Gi"]

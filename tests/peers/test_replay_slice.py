@@ -31,3 +31,13 @@ def test_workers_as_the_simulator_shapes_them_and_names_a_cluster_accepts() -> N
     assert [(j.name, j.workers, j.gpus_per_worker) for j in out] == [("j00001", 2, 8), ("j00002", 1, 6)]
     assert [j.queue for j in out] == ["philly-vc-7", "q-42"]
     assert dns_label("---") == "q"
+
+
+def test_workers_ask_the_cpu_and_memory_the_simulator_gives_them() -> None:
+    from dataclasses import replace
+
+    gib = 1 << 30
+    heavy = replace(job("cpu-heavy", 0, 16), cpu_millis=48_000, memory_bytes=64 * gib)  # per job
+    out = replay_jobs([heavy, job("bare", 1, 2)], node_gpus=8, per_gpu=(9_000, 100 * gib))
+    # The trace's requests split over the job's workers; a job without any gets the per-GPU default.
+    assert [(j.cpu_millis, j.memory_bytes) for j in out] == [(24_000, 32 * gib), (18_000, 200 * gib)]

@@ -65,12 +65,15 @@ def dns_label(text: str, limit: int = 40) -> str:
     return label[:limit].rstrip("-")
 
 
-def replay_jobs(jobs: Sequence[TraceJob], node_gpus: int, worker_gpus: str = "whole") -> list[ReplayJob]:
+def replay_jobs(
+    jobs: Sequence[TraceJob], node_gpus: int, worker_gpus: str = "whole", per_gpu: tuple[int, int] = (0, 0)
+) -> list[ReplayJob]:
     """Each job of the slice as the cluster sees it: `j00001`... in submit order, its queue a DNS
-    label, its workers as the simulator shapes them."""
+    label, its workers as the simulator shapes them (GPUs, and the CPU and memory each worker asks:
+    the trace's, or `per_gpu` a GPU when it has none, gpuq.sim.engine.requests_per_gpu)."""
     out = []
     for index, job in enumerate(jobs, start=1):
-        shape = worker_spec(job, worker_gpus, node_gpus)
+        shape = worker_spec(job, worker_gpus, node_gpus, per_gpu)
         out.append(
             ReplayJob(
                 name=f"j{index:05d}",
@@ -80,6 +83,8 @@ def replay_jobs(jobs: Sequence[TraceJob], node_gpus: int, worker_gpus: str = "wh
                 duration=job.duration,
                 workers=shape.replicas,
                 gpus_per_worker=shape.gpus_per_worker,
+                cpu_millis=shape.cpu_millis,
+                memory_bytes=shape.memory_bytes,
             )
         )
     return out
