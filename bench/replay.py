@@ -89,6 +89,7 @@ FIGURES = (
     ("fragmentation (%)", lambda f: 100 * f["fragmentation"]),
     ("utilization (%)", lambda f: 100 * f["gpu_allocation"]),
     ("makespan (s)", lambda f: f["makespan"]),
+    ("evictions", lambda f: f["preemptions"]),
     ("unfinished", lambda f: f["unfinished"]),
 )
 
@@ -413,6 +414,7 @@ def json_figures(f: dict[str, Any]) -> dict[str, Any]:
         "fragmentation": f["fragmentation"],
         "utilization": f["gpu_allocation"],
         "makespan_s": f["makespan"],
+        "evictions": f["preemptions"],
         "unfinished": f["unfinished"],
     }
 
