@@ -36,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch
@@ -54,7 +55,14 @@ from gpuq.peers.kueue_binaries import ensure_kueue
 from gpuq.peers.kueue_stack import KueueStack
 from gpuq.peers.replay_figures import Cluster as FigureCluster
 from gpuq.peers.replay_figures import figures
-from gpuq.peers.replay_slice import SliceError, dns_label, replay_jobs, slice_trace
+from gpuq.peers.replay_slice import (
+    SliceError,
+    compressed_rules,
+    dns_label,
+    replay_jobs,
+    rules_yaml,
+    slice_trace,
+)
 from gpuq.peers.replay_tracker import ReplayJob, Tracker
 from gpuq.sim.cluster import GIB, ClusterShape, build_nodes, shape_for_gpus
 from gpuq.sim.engine import SimOptions, requests_per_gpu
@@ -253,8 +261,9 @@ def set_up(
     queues: Sequence[Queue],
     jobs: Sequence[ReplayJob],
     work: Path,
+    rules: Path | None,
 ) -> Callable[[], None]:
-    """Install and start what `side` runs; returns what stops it."""
+    """Install and start what `side` runs (gpuq with the config file `rules`); returns what stops it."""
     if side == "gpuq":
         install_crds(api)
         gpuq = GpuqClient(api)
@@ -264,7 +273,11 @@ def set_up(
         work.mkdir(parents=True, exist_ok=True)
         replicas = [
             OperatorProcess(
-                dev.kubeconfig, work / f"operator-{i}.log", log_level="WARNING", tie_to_parent=True
+                dev.kubeconfig,
+                work / f"operator-{i}.log",
+                config_path=rules,
+                log_level="WARNING",
+                tie_to_parent=True,
             ).start()
             for i in range(2)
         ]
@@ -300,11 +313,17 @@ def submit(side: str, api: k8s.ApiClient, job: ReplayJob) -> None:
 
 
 def replay(
-    side: str, shape: Shape, queues: Sequence[Queue], jobs: Sequence[ReplayJob], timeout: float, work: Path
+    side: str,
+    shape: Shape,
+    queues: Sequence[Queue],
+    jobs: Sequence[ReplayJob],
+    timeout: float,
+    work: Path,
+    rules: Path | None,
 ) -> dict[str, Any]:
     """Play the jobs on `side`'s own cluster on their compressed schedule; its figures."""
     with side_cluster(side, shape) as (dev, api):
-        stop = set_up(side, dev, api, queues, jobs, work / side)
+        stop = set_up(side, dev, api, queues, jobs, work / side, rules)
         tracker = Tracker({j.name: j for j in jobs})
         t0 = time.monotonic()
         label = JOB_LABELS.get(side, "batch.kubernetes.io/job-name")
@@ -445,6 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--racks-per-block", type=int, default=2)
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {', '.join(SIDES)}")
     ap.add_argument("--timeout", type=float, default=900, help="max seconds per side after the last submit")
+    ap.add_argument(
+        "--rules",
+        choices=("compressed", "absolute"),
+        default="compressed",
+        help="gpuq's workload-time thresholds (attained-service levels, min run, starvation, "
+        "consolidation and locality waits) divided by the compression like the trace's times "
+        "(default), or as configured",
+    )
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     cmd = "bench/replay.py " + shlex.join(argv if argv is not None else sys.argv[1:])
@@ -484,7 +511,13 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     work = Path(tempfile.mkdtemp(prefix="gpuq-replay-"))
-    replayed = {side: replay(side, shape, queues, jobs, span + args.timeout, work) for side in sides}
+    rules = None
+    if args.rules == "compressed":
+        config = compressed_rules(config, compress)
+        rules = work / "gpuq-config.yaml"
+        rules.write_text(yaml.safe_dump(rules_yaml(config)))
+    print(f"gpuq's rules: {args.rules} ({json.dumps(rules_yaml(config))})", flush=True)
+    replayed = {side: replay(side, shape, queues, jobs, span + args.timeout, work, rules) for side in sides}
     simulated = {}
     for policy in SIM_POLICIES.values():
         t = time.monotonic()

@@ -41,3 +41,19 @@ def test_workers_ask_the_cpu_and_memory_the_simulator_gives_them() -> None:
     out = replay_jobs([heavy, job("bare", 1, 2)], node_gpus=8, per_gpu=(9_000, 100 * gib))
     # The trace's requests split over the job's workers; a job without any gets the per-GPU default.
     assert [(j.cpu_millis, j.memory_bytes) for j in out] == [(24_000, 32 * gib), (18_000, 200 * gib)]
+
+
+def test_rules_on_the_slices_clock_and_the_operator_reads_them_back() -> None:
+    from gpuq.config import config_from_mapping
+    from gpuq.core.config import SchedulerConfig
+    from gpuq.peers.replay_slice import compressed_rules, rules_yaml
+
+    base = SchedulerConfig()
+    fast = compressed_rules(base, 40)
+    assert fast.service.thresholds_gpu_hours == (1.0 / 40, 100.0 / 40)
+    assert fast.service.min_run_seconds == base.service.min_run_seconds / 40
+    assert fast.consolidation.min_wait_seconds == base.consolidation.min_wait_seconds / 40
+    assert (fast.starvation_seconds, fast.locality_wait_seconds) == (300.0 / 40, 86400.0 / 40)
+    # The machinery's timers do not speed up with the trace.
+    assert fast.failover == base.failover
+    assert config_from_mapping(rules_yaml(fast)) == fast

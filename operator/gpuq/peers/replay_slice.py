@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
+from gpuq.core.config import SchedulerConfig
 from gpuq.peers.replay_tracker import ReplayJob
 from gpuq.sim.engine import worker_spec
 from gpuq.sim.trace import TraceJob
@@ -88,3 +90,37 @@ def replay_jobs(
             )
         )
     return out
+
+
+def compressed_rules(config: SchedulerConfig, factor: float) -> SchedulerConfig:
+    """gpuq's rules on the slice's clock: every threshold measured in the workload's time (attained
+    GPU-hours, a run's minimum before it may be preempted or moved, how long a head waits before it
+    starves, is consolidated for, or stops holding out for locality) divided by `factor`, as the
+    trace's times are. A replay compressed 40x with a day's locality wait would otherwise hold gangs
+    out for 40 trace-days. The machinery's timers (failover grace, back-off) stay as they are: nodes
+    do not fail faster in a compressed trace."""
+    service, consolidation = config.service, config.consolidation
+    return replace(
+        config,
+        service=replace(
+            service,
+            thresholds_gpu_hours=tuple(t / factor for t in service.thresholds_gpu_hours),
+            min_run_seconds=service.min_run_seconds / factor,
+        ),
+        consolidation=replace(consolidation, min_wait_seconds=consolidation.min_wait_seconds / factor),
+        starvation_seconds=config.starvation_seconds / factor,
+        locality_wait_seconds=config.locality_wait_seconds / factor,
+    )
+
+
+def rules_yaml(config: SchedulerConfig) -> dict[str, Any]:
+    """The rules `compressed_rules` changes, in the operator's config.yaml spelling (gpuq.config)."""
+    return {
+        "service": {
+            "thresholdsGPUHours": list(config.service.thresholds_gpu_hours),
+            "minRunSeconds": config.service.min_run_seconds,
+        },
+        "consolidation": {"minWaitSeconds": config.consolidation.min_wait_seconds},
+        "starvationSeconds": config.starvation_seconds,
+        "localityWaitSeconds": config.locality_wait_seconds,
+    }
