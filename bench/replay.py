@@ -27,6 +27,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 import threading
@@ -409,6 +410,58 @@ def latency_share(f: dict[str, Any], jobs: Sequence[ReplayJob]) -> str:
     return f"{fast:.2f} s = {100 * fast / median:.1f}% of the median duration {median:.1f} s"
 
 
+def scan(
+    trace: Sequence[Any], args: argparse.Namespace, nodes: Sequence[Any], slices: int, rules: str
+) -> list[str]:
+    """gpuq against kueue-tas in the simulator alone, on `slices` slices spread evenly over the trace
+    (each `--jobs` long, compressed like a replay of it, with the replay's costs): where a replay
+    could show a difference, and how often it would."""
+    lo = min(j.submit_time for j in trace)
+    hi = max(j.submit_time for j in trace)
+    lines = [
+        "| start (s) | compression | kueue-tas utilization | JCT gpuq/kueue-tas | queueing gpuq/kueue-tas |"
+    ]
+    lines.append("| --- | --- | --- | --- | --- |")
+    ratios: list[tuple[float, float]] = []
+    for i in range(slices):
+        start = lo + (hi - lo) * i / slices
+        compress = args.compress or auto_compression(trace, start, args.jobs, args.gpus, args.max_duration)
+        sliced, _ = slice_trace(
+            trace,
+            start=start,
+            count=args.jobs,
+            compress=compress,
+            total_gpus=args.gpus,
+            max_duration=args.max_duration,
+        )
+        queues = derive_queues(sliced, args.gpus)
+        config = load_config(None)
+        ours = compressed_rules(config, compress) if rules == "compressed" else config
+        k = Scenario(sliced, nodes, queues, config, SIM_OPTIONS).run("kueue-tas")
+        g = Scenario(sliced, nodes, queues, ours, SIM_OPTIONS).run("gpuq")
+        jct = g["jct"]["avg"] / k["jct"]["avg"]
+        waited = k["queueing_delay"]["avg"]
+        queueing = g["queueing_delay"]["avg"] / waited if waited > 0 else math.nan
+        ratios.append((jct, queueing))
+        lines.append(
+            f"| {start:.0f} | {compress:g}x | {100 * k['gpu_allocation']:.0f}% | {jct:.2f} | "
+            + ("-" if math.isnan(queueing) else f"{queueing:.2f}")
+            + " |"
+        )
+    jcts = sorted(r[0] for r in ratios)
+    waits = sorted(r[1] for r in ratios if not math.isnan(r[1]))
+    lines.append(
+        f"gpuq/kueue-tas over {len(ratios)} slices ({rules} rules): avg JCT min {jcts[0]:.2f}, median "
+        f"{jcts[len(jcts) // 2]:.2f}, max {jcts[-1]:.2f}; "
+        + (
+            f"avg queueing min {waits[0]:.2f}, median {waits[len(waits) // 2]:.2f}, max {waits[-1]:.2f}"
+            if waits
+            else "no slice had queueing"
+        )
+    )
+    return lines
+
+
 # -- output -----------------------------------------------------------------------------------------
 def table(columns: dict[str, dict[str, Any]]) -> list[str]:
     names = list(columns)
@@ -472,6 +525,13 @@ def main(argv: list[str] | None = None) -> int:
         "consolidation and locality waits) divided by the compression like the trace's times "
         "(default), or as configured",
     )
+    ap.add_argument(
+        "--scan",
+        type=int,
+        metavar="N",
+        help="simulate N slices spread over the whole trace (gpuq against kueue-tas, no replay) and "
+        "print the ratios: where a replay would show a difference",
+    )
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     cmd = "bench/replay.py " + shlex.join(argv if argv is not None else sys.argv[1:])
@@ -487,6 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     sim_shape = sim_cluster(args.gpus, args.gpus_per_node, args.nodes_per_rack, args.racks_per_block)
     nodes = build_nodes(sim_shape, config)
     trace, report = read_trace(args.trace, args.format, True, None)
+    if args.scan:
+        print("\n".join(scan(trace, args, nodes, args.scan, args.rules)))
+        return 0
     compress = args.compress or auto_compression(trace, args.start, args.jobs, args.gpus, args.max_duration)
     try:
         sliced, too_big = slice_trace(
@@ -538,6 +601,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{side}: scheduling latency {latency_share(f, jobs)}; submissions late by up to "
             f"{f['submit_late_p99_s']:.2f} s (p99); logs in {work / side}"
         )
+    if not sides:  # a simulation alone leaves nothing worth keeping
+        shutil.rmtree(work, ignore_errors=True)
     if args.json:
         out = {
             "replay": {s: json_figures(f) for s, f in replayed.items()},
