@@ -72,6 +72,22 @@ def test_second_job_waits_for_the_first_to_free_the_cluster(policy: str) -> None
     assert r["makespan"] == 150.0
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_start_latency_holds_the_gpus_and_counts_as_waiting(policy: str) -> None:
+    """A replay's machinery (bench/replay.py): each start holds the GPUs `start_latency_seconds`
+    before the pods run, so the first job waits 2 s and the second waits for 2 s more GPU-time."""
+    r = run(
+        [TraceJob("a", 0, 100, 16, "q"), TraceJob("b", 10, 50, 8, "q")],
+        policy,
+        speed=SpeedModel(enabled=False),
+        start_latency_seconds=2.0,
+    )
+    # a: placed at 0, running at 2, done at 102; b: placed at 102, running at 104, done at 154.
+    per_job = sorted((o["jct"]["avg"], o["queueing_delay"]["avg"]) for o in r["per_queue"].values())
+    assert per_job == [((102 + 144) / 2, (2 + 94) / 2)]
+    assert r["makespan"] == 154.0
+
+
 def test_kube_default_holds_a_partial_gang_while_gang_binpack_does_not() -> None:
     jobs = [TraceJob("a", 0, 100, 8, "q"), TraceJob("b", 1, 10, 16, "q")]  # b = 2 workers of 8
     kube = Spy(make_policy("kube-default"))

@@ -79,6 +79,10 @@ class SimOptions:
     # Every restart of a gang (after a preemption or failure) holds its GPUs this long before it makes
     # progress again: pods start, ranks rendezvous, the checkpoint loads.
     restart_overhead_seconds: float = 120.0
+    # Every start (first or not) holds the gang's GPUs this long before its pods run: the scheduler's
+    # and the cluster's machinery, which a replay measures per scheduler (bench/replay.py). Counted
+    # in the queueing delay, as a replay counts it; 0 (instant) everywhere else.
+    start_latency_seconds: float = 0.0
     cycle_seconds: float = 0.0  # 0: decide at every event instant; >0: at most once per period
     large_job_gpus: int = 8
     seed: int = 0
@@ -468,14 +472,16 @@ class Simulation:
         job.state = State.RUNNING
         job.seg_start = now
         job.recovering = False
+        latency = self.options.start_latency_seconds
         if job.first_start is None:
-            job.first_start = now
+            job.first_start = now + latency
         job.spread = spread(job.placement, job.workers.gpus_per_worker, self.paths)
         job.slowdown = self.options.speed.slowdown(job.spread.crossed)
         self.busy += job.trace.gpus
         self.running[job.trace.key] = None
-        # A gang that ran before (preempted or failed) pays the restart overhead before progress.
-        job.overhead = self.options.restart_overhead_seconds if job.epoch > 0 else 0.0
+        # A gang that ran before (preempted or failed) pays the restart overhead before progress,
+        # and every start the start latency.
+        job.overhead = (self.options.restart_overhead_seconds if job.epoch > 0 else 0.0) + latency
         if self.options.checkpoint_minutes:
             first = job.progress_start + self.options.checkpoint_minutes * 60
             heapq.heappush(self.checkpoints_due, (first, job.epoch, job.trace.key))
