@@ -123,3 +123,29 @@ def test_trace_jobs_without_requests_ask_cpu_and_memory_in_proportion_to_gpus() 
         int(a.cpu_millis * 0.75 / 8) * 4,
         int(a.memory_bytes * 0.75 / 8) * 4,
     )
+
+
+@pytest.mark.parametrize("policy", ["gang-binpack", "kueue-tas"])
+def test_kueue_retries_a_waiting_job_a_second_after_quota_frees_and_newcomers_go_first(policy: str) -> None:
+    """Kueue parks a workload it could not admit until quota is released and its requeue batch
+    (1 s) passes; a workload created meanwhile is tried at once (pkg/cache/queue)."""
+    queue = (Queue("q", 64),)
+    # The whole quota is held; f7 ends at t=100, the others much later.
+    full = [TraceJob(f"f{i}", 0, 100 if i == 7 else 10_000, 8, "q") for i in range(8)]
+    waiting = [TraceJob("w", 10, 50, 8, "q"), TraceJob("x", 20, 50, 8, "q")]
+    newcomer = TraceJob("n", 100.5, 50, 8, "q")  # after f7 ends, before the requeue at 101
+    sim = Simulation(
+        [*full, *waiting, newcomer],
+        build_nodes(TWO_RACKS, CONFIG),
+        queue,
+        CONFIG,
+        make_policy(policy),
+        SimOptions(**NO_COSTS),
+    )
+    sim.run()
+    waits = {o.key: o.queueing_delay for o in sim.recorder.outcomes}
+    # n takes f7's GPUs at once; w, first in queue order, gets n's a second after n ends (150.5),
+    # and x w's a second after w ends (201.5). Strict creation order would run w, x, n instead.
+    assert waits["n"] == 0.0
+    assert waits["w"] == pytest.approx(151.5 - 10)
+    assert waits["x"] == pytest.approx(202.5 - 20)

@@ -237,6 +237,7 @@ class Simulation:
         self.failed: set[str] = set()
         self.recorder = Recorder(self.total_gpus, config.weights, self.options.large_job_gpus)
         self.cycles = 0
+        self.timers: set[float] = set()  # instants of the policy's pending timers (_set_timer)
         self.schedule_seconds = 0.0
         self.on_finish = on_finish
         self.finished = 0
@@ -322,6 +323,7 @@ class Simulation:
             self._set_health(key, Health.FAILED)
             self._push(t + self.options.repair_hours * 3600, Event.REPAIR, key)
         elif kind == Event.WAKE:
+            self.timers.discard(t)
             self.dirty = True
         else:
             self._set_health(key, Health.HEALTHY)
@@ -347,12 +349,20 @@ class Simulation:
             self.schedule_seconds += time.perf_counter() - started
             self.cycles += 1
             self._apply(decisions, now)
+            if self.policy.timers and decisions.wake_at is not None and decisions.wake_at > now:
+                self._set_timer(decisions.wake_at)
             if not (decisions.preempt or decisions.restart) or self._pending_count() == 0:
                 break
         if self.failed:
             self._check_no_job_on_failed_nodes()
         self._record(now)
         self.dirty = False
+
+    def _set_timer(self, at: float) -> None:
+        """A cycle at `at` (the policy's timer); one pending wake-up per instant is enough."""
+        if at not in self.timers:
+            self.timers.add(at)
+            self._push(at, Event.WAKE, "")
 
     def _pending_count(self) -> int:
         return sum(self.pending_shapes.values())

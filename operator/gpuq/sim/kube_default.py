@@ -76,6 +76,7 @@ def balanced_allocation(node: Node, slot: list[int], job: Job) -> int:
 class KubeDefault:
     name = "kube-default"
     checkpoint_on_preempt = False
+    timers = False
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = random.Random(seed)

@@ -5,9 +5,17 @@
 - `kueue-tas`: Kueue with topology-aware scheduling, a preferred topology level per gang and the
   BestFit profile (gpuq.sim.tas).
 
-Both, as Kueue runs a ClusterQueue with BestEffortFIFO:
+Both, as Kueue v0.17.0 runs a ClusterQueue with BestEffortFIFO:
 - Order: queue heads by (needs to borrow, priority, creation time); a head that cannot be admitted
   is skipped (no reservation) and the next job of its queue becomes the head.
+- A job tried and not admitted is parked (Kueue's inadmissible workloads,
+  pkg/cache/queue/cluster_queue.go `requeueIfNotPresent`): later cycles skip it until a job of its
+  cohort stops holding quota (finishes or is evicted) and a second has passed
+  (pkg/cache/queue/inadmissible_workloads.go: `NotifyRetryInadmissible` queues the cohort's requeue
+  `AddAfter` `requeueBatchPeriod`, 1 s; a node that changes requeues every queue the same way,
+  pkg/controller/tas/resource_flavor.go). Jobs that arrived since are tried first, as the head of
+  their queue (so they may preempt): when GPUs free up while jobs keep arriving, newer jobs take
+  them before the parked older ones.
 - Quota: the same rules as gpuq (nominal, cohort lending and borrowing limits, and GPUs a queue lent
   out are not free for it until they are reclaimed or released): gpuq.core.quota.QuotaBook, the one
   home of that rule.
@@ -35,6 +43,7 @@ from gpuq.core.state import CycleState
 from gpuq.sim.baselines import (
     Free,
     Tracker,
+    arrival_key,
     failed_node_restarts,
     fits,
     model_ok,
@@ -85,22 +94,38 @@ class _CycleView:
     preempted: list[str] = field(default_factory=list)  # preemptors of this cycle so far
 
 
+# Kueue's delay before inadmissible workloads go back to the queue after quota was released
+# (requeueBatchPeriod; the SchedulerLongRequeueInterval gate, off by default, makes it 10 s).
+REQUEUE_BATCH_SECONDS = 1.0
+
+
 class KueueLike:
     checkpoint_on_preempt = False
+    timers = True  # its requeue after REQUEUE_BATCH_SECONDS is a timer: wake_at asks for that cycle
 
     def __init__(self, name: str, placer: Placer) -> None:
         self.name = name
         self.placer = placer
         self.tracker = Tracker()
         self.failed_searches: dict[str, object] = {}  # job -> state in which its preemption search failed
+        # Cohort (or queue) -> when the jobs of it that waited through a cycle are tried again.
+        self.requeue_at: dict[str, float] = {}
+        self.holding: dict[str, str] = {}  # job -> queue, for jobs admitted and not yet gone
 
     def schedule(self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta) -> Decisions:
         restarts, restarted = failed_node_restarts(snapshot)
+        queues = {q.name: q for q in snapshot.queues}
+        released, arrived = self._released(delta)
+        released |= {self.tracker.jobs[k].queue for k in restarted if k in self.tracker.jobs}
+        notified = {_root(queues[qn]) for qn in released if qn in queues}
+        if delta.nodes:  # a node changed (failed, repaired): TAS requeues every ClusterQueue
+            notified |= {_root(q) for q in queues.values()}  # (pkg/controller/tas/resource_flavor.go)
+        fired = self._requeue(now, notified)
         self.tracker.update(snapshot, delta)
+        fresh_lines = self._fresh_lines(arrived, restarted)
         v = self.tracker.view(snapshot, restarted)
         free, nodes = v.free, v.nodes
         free_gpus = v.free_gpus
-        queues = {q.name: q for q in snapshot.queues}
         book = QuotaBook(cast(CycleState, _NoJournal()), queues, v.queue_used, {})
         running = {
             queue: [job for key, job in jobs.items() if key not in restarted]
@@ -109,10 +134,12 @@ class KueueLike:
         cv = _CycleView(book, free, nodes, running, queues)
         lines: dict[str, Iterator[Job]] = {}
         heads: dict[str, Job] = {}
-        for qn, line in sorted(v.lines.items()):
+        for qn, whole_line in sorted(v.lines.items()):
             q = queues.get(qn)
             if q is None or q.held:
                 continue
+            # Jobs that waited through a cycle are parked until their cohort's requeue fires.
+            line = whole_line if _root(q) in fired else iter(fresh_lines.get(qn, ()))
             head = next(line, None)
             if head is not None:
                 lines[qn], heads[qn] = line, head
@@ -153,7 +180,11 @@ class KueueLike:
             if nxt is not None:
                 heads[qn] = nxt
                 heapq.heappush(heap, (self._head_key(book, q, nxt), qn))
-        return Decisions(admit=tuple(admits), preempt=tuple(preempts), restart=tuple(restarts))
+        for a in admits:
+            self.holding[a.job] = self.tracker.jobs[a.job].queue
+        return Decisions(
+            admit=tuple(admits), preempt=tuple(preempts), restart=tuple(restarts), wake_at=self._wake(queues)
+        )
 
     def _admit_or_preempt(
         self, job: Job, q: Queue, is_head: bool, free_gpus: int, cv: _CycleView
@@ -251,6 +282,60 @@ class KueueLike:
             else:
                 remove(x, 1)
         return chosen
+
+    # ---- Kueue's inadmissible workloads ---------------------------------------------------------
+    def _released(self, delta: Delta) -> tuple[set[str], set[str]]:
+        """Queues whose jobs stopped holding quota since the last cycle (finished or evicted), and
+        the jobs that started waiting since (arrived, or evicted): Kueue tries those at once."""
+        released: set[str] = set()
+        fresh: set[str] = set()
+        holding = self.holding
+        for key in delta.removed_jobs:
+            if key in holding:
+                released.add(holding.pop(key))
+        for key, job in delta.jobs.items():
+            if key in delta.removed_jobs:
+                continue
+            if job.running is not None:
+                holding[key] = job.queue
+            elif key in holding:  # evicted
+                released.add(holding.pop(key))
+                fresh.add(key)
+            elif key not in self.tracker.jobs:  # arrived
+                fresh.add(key)
+        return released, fresh
+
+    def _requeue(self, now: float, notified: set[str]) -> set[str]:
+        """The requeues due now (their cohorts' waiting jobs are all tried this cycle); then one a
+        batch period after each new notification (one already pending stands)."""
+        fired = {root for root, at in self.requeue_at.items() if at <= now}
+        for root in fired:
+            del self.requeue_at[root]
+        for root in notified:
+            self.requeue_at.setdefault(root, now + REQUEUE_BATCH_SECONDS)
+        return fired
+
+    def _fresh_lines(self, arrived: set[str], restarted: set[str]) -> dict[str, list[Job]]:
+        """The jobs waiting since the last cycle (arrived or evicted, or released from a failed node
+        now), per queue in queue order."""
+        lines: dict[str, list[Job]] = {}
+        for key in arrived | restarted:
+            job = self.tracker.jobs.get(key)
+            if job is not None and (job.running is None or key in restarted):
+                lines.setdefault(job.queue, []).append(job)
+        for line in lines.values():
+            line.sort(key=arrival_key)
+        return lines
+
+    def _wake(self, queues: dict[str, Queue]) -> float | None:
+        """The next requeue with jobs to bring back (one over an empty cohort changes nothing)."""
+        waiting = {_root(queues[qn]) for qn, line in self.tracker.lines.items() if line and qn in queues}
+        return min((at for root, at in self.requeue_at.items() if root in waiting), default=None)
+
+
+def _root(q: Queue) -> str:
+    """What Kueue requeues as one: the queue's cohort, or the queue alone."""
+    return f"cohort/{q.cohort}" if q.cohort is not None else f"queue/{q.name}"
 
 
 def gang_binpack() -> KueueLike:

@@ -36,6 +36,10 @@ class Policy(Protocol):
     name: str
     # True if a victim is asked to checkpoint before it is evicted (no work lost on preemption).
     checkpoint_on_preempt: bool
+    # True if the policy plays a scheduler's timer: the simulator runs a cycle at decisions.wake_at.
+    # The gpuq core's wake_at is for the operator; the simulator sees its time-based rules at the
+    # next event (docs/simulator.md, "Limits"), so its figures do not hang on timer cycles.
+    timers: bool
 
     def schedule(
         self, snapshot: Snapshot, now: float, config: SchedulerConfig, delta: Delta
@@ -54,6 +58,7 @@ class GpuqPolicy:
 
     name = "gpuq"
     checkpoint_on_preempt = True
+    timers = False
 
     def __init__(self, use_index: bool = True, verify: bool = False) -> None:
         self.use_index = use_index
