@@ -75,7 +75,10 @@ from gpuq.sim.speed import SpeedModel
 
 NS = "replay"
 SIDES = ("gpuq", "kueue", "kube-scheduler")
-TARGET_SECONDS = 900.0  # --compress's default: the slice back to back in 15 minutes
+TARGET_SECONDS = 900.0
+TIMEOUT_FLOOR = (
+    900.0  # --timeout's least default  # --compress's default: the slice back to back in 15 minutes
+)
 SIM_POLICIES = {"gpuq": "gpuq", "kueue": "kueue-tas"}
 IMAGE = "registry.k8s.io/pause:3.10"
 JOB_LABELS = {"gpuq": meta.LABEL_JOB_NAME, "kueue": "batch.kubernetes.io/job-name"}
@@ -547,7 +550,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes-per-rack", type=int, default=4)
     ap.add_argument("--racks-per-block", type=int, default=2)
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {', '.join(SIDES)}")
-    ap.add_argument("--timeout", type=float, default=900, help="max seconds per side after the last submit")
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        help="max seconds per side after the last submit (default: twice what the slowest simulated "
+        f"policy needs after it, at least {TIMEOUT_FLOOR:g})",
+    )
     ap.add_argument(
         "--rules",
         choices=("compressed", "absolute"),
@@ -611,12 +619,17 @@ def main(argv: list[str] | None = None) -> int:
         rules = work / "gpuq-config.yaml"
         rules.write_text(yaml.safe_dump(rules_yaml(config)))
     print(f"gpuq's rules: {args.rules} ({json.dumps(rules_yaml(config))})", flush=True)
-    replayed = {side: replay(side, shape, queues, jobs, span + args.timeout, work, rules) for side in sides}
     simulated = {}
     for policy in SIM_POLICIES.values():
         t = time.monotonic()
         simulated[policy] = Scenario(sliced, nodes, queues, config, SIM_OPTIONS).run(policy)
         print(f"simulated {policy} in {time.monotonic() - t:.1f} s", flush=True)
+    # A side cut off by the clock reports jobs unfinished that were only slow: give each side twice
+    # what the slower simulated policy needs after the last submit.
+    needed = max(f["makespan"] for f in simulated.values()) - span
+    timeout = args.timeout if args.timeout is not None else max(TIMEOUT_FLOOR, 2 * needed)
+    print(f"each side may run {timeout:.0f} s after the last submit", flush=True)
+    replayed = {side: replay(side, shape, queues, jobs, span + timeout, work, rules) for side in sides}
     columns = {f"replay {s}": f for s, f in replayed.items()} | {f"sim {p}": f for p, f in simulated.items()}
     print("\n".join(table(columns)))
     print("\n".join(robustness(sliced, nodes, queues, config, simulated)))
