@@ -27,6 +27,7 @@ from rich.table import Table
 from gpuq import logs
 from gpuq.core.config import Consolidation
 from gpuq.sim.cluster import ClusterShape
+from gpuq.sim.report import SERIES_KEYS
 from placement_quality import PHILLY, Case  # bench/ is the script's directory: on sys.path
 
 HOUR = 3600.0
@@ -44,8 +45,8 @@ def run(trace: Path, variant: str, seed: int, limit: int | None) -> tuple[str, i
     scenario.options = replace(scenario.options, seed=seed)
     scenario.config = dataclasses.replace(scenario.config, consolidation=VARIANTS[variant])
     result = scenario.run("gpuq")
-    result.pop("timeline", None)
-    result.pop("jct_samples", None)
+    for key in SERIES_KEYS:
+        result.pop(key, None)
     return variant, seed, result
 
 

@@ -38,7 +38,7 @@ from gpuq.core.model import Queue
 from gpuq.sim.cluster import ClusterShape
 from gpuq.sim.engine import SimOptions
 from gpuq.sim.policy import BASELINES, POLICIES
-from gpuq.sim.report import HOUR, METRICS, Metric, fmt, ratio
+from gpuq.sim.report import HOUR, METRICS, SERIES_KEYS, Metric, fmt, ratio
 from gpuq.sim.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,8 +83,8 @@ def run_case(case: Case, policy: str) -> dict[str, Any]:
     logs.configure("WARNING")
     scenario = case.scenario()
     result = scenario.run(policy)
-    result.pop("timeline", None)
-    result.pop("jct_samples", None)
+    for key in SERIES_KEYS:
+        result.pop(key, None)
     result["scenario"] = scenario.describe()
     return result
 

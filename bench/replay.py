@@ -32,9 +32,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes import watch
@@ -42,20 +44,28 @@ from kubernetes import watch
 from gpuq import logs
 from gpuq.api import meta
 from gpuq.config import load_config
+from gpuq.controller.resources import parse_quantity
 from gpuq.controller.testing import GpuqClient, OperatorProcess, install_crds
 from gpuq.core.model import Queue
 from gpuq.devcluster import SIM_DURATION, Cluster, Shape, ensure_binaries
-from gpuq.devcluster.shape import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL
+from gpuq.devcluster.shape import NODE_ALLOCATABLE, RACK_LABEL
 from gpuq.devcluster.testing import wait_for
 from gpuq.peers import kueue_stack
 from gpuq.peers.kueue_binaries import ensure_kueue
 from gpuq.peers.kueue_stack import KueueStack
 from gpuq.peers.replay_figures import Cluster as FigureCluster
 from gpuq.peers.replay_figures import figures
-from gpuq.peers.replay_slice import SliceError, dns_label, replay_jobs, slice_trace
+from gpuq.peers.replay_slice import (
+    SliceError,
+    compressed_rules,
+    dns_label,
+    replay_jobs,
+    rules_yaml,
+    slice_trace,
+)
 from gpuq.peers.replay_tracker import ReplayJob, Tracker
-from gpuq.sim.cluster import ClusterShape, build_nodes, shape_for_gpus
-from gpuq.sim.engine import SimOptions
+from gpuq.sim.cluster import GIB, ClusterShape, build_nodes, shape_for_gpus
+from gpuq.sim.engine import SimOptions, requests_per_gpu
 from gpuq.sim.metrics import percentile
 from gpuq.sim.queues import derive_queues
 from gpuq.sim.readers import read_trace
@@ -68,7 +78,6 @@ TARGET_SECONDS = 900.0  # --compress's default: the slice back to back in 15 min
 SIM_POLICIES = {"gpuq": "gpuq", "kueue": "kueue-tas"}
 IMAGE = "registry.k8s.io/pause:3.10"
 JOB_LABELS = {"gpuq": meta.LABEL_JOB_NAME, "kueue": "batch.kubernetes.io/job-name"}
-KUEUE_API = ("kueue.x-k8s.io", "v1beta2")
 # The replay's pods run their duration whatever happened before: a killed pod starts over, no
 # checkpoint, no slowdown, no start-up cost. The simulator is given the same costs.
 SIM_OPTIONS = SimOptions(
@@ -88,8 +97,17 @@ FIGURES = (
     ("fragmentation (%)", lambda f: 100 * f["fragmentation"]),
     ("utilization (%)", lambda f: 100 * f["gpu_allocation"]),
     ("makespan (s)", lambda f: f["makespan"]),
+    ("evictions", lambda f: f["preemptions"]),
     ("unfinished", lambda f: f["unfinished"]),
 )
+
+
+def sim_cluster(gpus: int, gpus_per_node: int, nodes_per_rack: int, racks_per_block: int) -> ClusterShape:
+    """The simulator's cluster: the shape asked for, each node with the CPU and memory a kwok node of
+    the local cluster offers (so the same CPU-heavy job fits the same nodes in both)."""
+    shape = shape_for_gpus(gpus, gpus_per_node, nodes_per_rack, racks_per_block)
+    cpu, memory = (parse_quantity(NODE_ALLOCATABLE[name]) for name in ("cpu", "memory"))
+    return replace(shape, cpu_per_node=int(cpu), memory_gib_per_node=int(memory / GIB))
 
 
 def dev_shape(shape: ClusterShape) -> Shape:
@@ -113,8 +131,18 @@ def figure_cluster(shape: Shape) -> FigureCluster:
 
 
 # -- what each side submits -------------------------------------------------------------------------
+def worker_requests(job: ReplayJob) -> dict[str, str]:
+    """The CPU and memory each worker asks for, as the simulator has them."""
+    out = {}
+    if job.cpu_millis:
+        out["cpu"] = f"{job.cpu_millis}m"
+    if job.memory_bytes:
+        out["memory"] = str(job.memory_bytes)
+    return out
+
+
 def training_job(job: ReplayJob) -> dict[str, Any]:
-    return GpuqClient.job_body(
+    body = GpuqClient.job_body(
         job.name,
         job.queue,
         job.workers,
@@ -124,6 +152,9 @@ def training_job(job: ReplayJob) -> dict[str, Any]:
         # Nothing in the replay saves checkpoints: a victim goes at once, as Kueue's does.
         checkpoint={"requestOnPreemption": False},
     )
+    if requests := worker_requests(job):
+        body["spec"]["workers"]["template"]["spec"]["containers"][0]["resources"] = {"requests": requests}
+    return body
 
 
 def indexed_job(job: ReplayJob, kueue: bool) -> dict[str, Any]:
@@ -138,72 +169,14 @@ def indexed_job(job: ReplayJob, kueue: bool) -> dict[str, Any]:
         IMAGE,
         topology,
         {SIM_DURATION: f"{job.duration:.3f}s"},
+        worker_requests(job),
     )
     labels = body["metadata"]["labels"]
     if kueue:
-        labels[kueue_stack.PRIORITY_CLASS_LABEL] = priority_class(job.priority)
+        labels[kueue_stack.PRIORITY_CLASS_LABEL] = kueue_stack.priority_class(job.priority)
     else:
         labels.clear()
     return body
-
-
-def priority_class(priority: int) -> str:
-    return f"priority-{priority}" if priority >= 0 else f"priority-minus-{-priority}"
-
-
-def kueue_objects(queues: Sequence[Queue], priorities: set[int]) -> list[dict[str, Any]]:
-    """What a Kueue user applies for these queues: one Topology and TAS flavor over the GPU nodes, a
-    ClusterQueue per GPUQueue (same cohort, quota, borrowing limit, gpuq's default preemption),
-    its LocalQueue, a WorkloadPriorityClass per priority of the slice."""
-    api = "/".join(KUEUE_API)
-    levels = [{"nodeLabel": label} for label in (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL)]
-    out: list[dict[str, Any]] = [
-        {"apiVersion": api, "kind": "Topology", "metadata": {"name": "gpus"}, "spec": {"levels": levels}},
-        {
-            "apiVersion": api,
-            "kind": "ResourceFlavor",
-            "metadata": {"name": "gpus"},
-            "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": "gpus"},
-        },
-    ]
-    for value in sorted(priorities):
-        out.append(
-            {
-                "apiVersion": api,
-                "kind": "WorkloadPriorityClass",
-                "metadata": {"name": priority_class(value)},
-                "value": value,
-            }
-        )
-    for q in queues:
-        resource: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": q.nominal_gpus}
-        if q.borrowing_limit_gpus is not None:
-            resource["borrowingLimit"] = q.borrowing_limit_gpus
-        spec: dict[str, Any] = {
-            "namespaceSelector": {},
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [
-                {
-                    "coveredResources": ["nvidia.com/gpu"],
-                    "flavors": [{"name": "gpus", "resources": [resource]}],
-                }
-            ],
-            # gpuq's GPUQueue defaults (withinQueue LowerPriority, reclaimWithinCohort Any) in Kueue's words.
-            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
-        }
-        if q.cohort:
-            spec["cohortName"] = q.cohort
-        name = dns_label(q.name)
-        out.append({"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
-        out.append(
-            {
-                "apiVersion": api,
-                "kind": "LocalQueue",
-                "metadata": {"name": name, "namespace": NS},
-                "spec": {"clusterQueue": name},
-            }
-        )
-    return out
 
 
 # -- one side ------------------------------------------------------------------------------------------
@@ -288,8 +261,9 @@ def set_up(
     queues: Sequence[Queue],
     jobs: Sequence[ReplayJob],
     work: Path,
+    rules: Path | None,
 ) -> Callable[[], None]:
-    """Install and start what `side` runs; returns what stops it."""
+    """Install and start what `side` runs (gpuq with the config file `rules`); returns what stops it."""
     if side == "gpuq":
         install_crds(api)
         gpuq = GpuqClient(api)
@@ -299,7 +273,11 @@ def set_up(
         work.mkdir(parents=True, exist_ok=True)
         replicas = [
             OperatorProcess(
-                dev.kubeconfig, work / f"operator-{i}.log", log_level="WARNING", tie_to_parent=True
+                dev.kubeconfig,
+                work / f"operator-{i}.log",
+                config_path=rules,
+                log_level="WARNING",
+                tie_to_parent=True,
             ).start()
             for i in range(2)
         ]
@@ -319,7 +297,9 @@ def set_up(
         )
         stack.up(say=lambda m: print(f"  {m}", flush=True))
         custom = k8s.CustomObjectsApi(api)
-        for obj in kueue_objects(queues, {j.priority for j in jobs}):
+        nodes = dev.shape.node_count
+        unbounded = {name: str(nodes * parse_quantity(NODE_ALLOCATABLE[name])) for name in ("cpu", "memory")}
+        for obj in kueue_stack.kueue_objects(queues, {j.priority for j in jobs}, NS, unbounded):
             kueue_stack.create(custom, obj, NS)
         return stack.down
     return lambda: None
@@ -333,11 +313,17 @@ def submit(side: str, api: k8s.ApiClient, job: ReplayJob) -> None:
 
 
 def replay(
-    side: str, shape: Shape, queues: Sequence[Queue], jobs: Sequence[ReplayJob], timeout: float, work: Path
+    side: str,
+    shape: Shape,
+    queues: Sequence[Queue],
+    jobs: Sequence[ReplayJob],
+    timeout: float,
+    work: Path,
+    rules: Path | None,
 ) -> dict[str, Any]:
     """Play the jobs on `side`'s own cluster on their compressed schedule; its figures."""
     with side_cluster(side, shape) as (dev, api):
-        stop = set_up(side, dev, api, queues, jobs, work / side)
+        stop = set_up(side, dev, api, queues, jobs, work / side, rules)
         tracker = Tracker({j.name: j for j in jobs})
         t0 = time.monotonic()
         label = JOB_LABELS.get(side, "batch.kubernetes.io/job-name")
@@ -368,6 +354,7 @@ def replay(
     out = figures(observed, figure_cluster(shape), until=end)
     out["queueing_fast_s"] = percentile([r.runs[0].start - r.created for r in observed if r.runs], 10)
     out["submit_late_p99_s"] = percentile(late, 99)
+    out["queueing_by_job"] = {r.key: r.runs[0].start - r.created for r in observed if r.runs}
     out["wall_s"] = end
     print(f"{side}: {out['finished']} of {len(jobs)} finished in {end:.0f} s", flush=True)
     return out
@@ -382,6 +369,36 @@ def auto_compression(
     )
     span = max(j.submit_time for j in uncompressed) + max(j.duration for j in uncompressed)
     return max(1.0, round(span / TARGET_SECONDS))
+
+
+def gap(sim: float, real: float) -> str:
+    """The simulation's relative error against the replay."""
+    return f"{100 * (sim - real) / real:+.1f}%" if real else f"{sim - real:+.2f} s (replay 0)"
+
+
+def divergences(
+    real: dict[str, Any], sim: dict[str, Any], jobs: Sequence[ReplayJob], keys: Sequence[str], top: int = 5
+) -> list[str]:
+    """The jobs whose queueing delay the simulation got most wrong, and the mean gap per job: where to
+    look for a rule the simulator plays differently from the scheduler it stands in for."""
+    simulated = {o.key: o.queueing_delay for o in sim["outcomes"]}
+    replayed = real["queueing_by_job"]
+    gaps = [
+        (simulated[key] - replayed[job.name], job, replayed[job.name], simulated[key])
+        for job, key in zip(jobs, keys, strict=True)
+        if key in simulated and job.name in replayed
+    ]
+    if not gaps:
+        return []
+    mean = sum(abs(g[0]) for g in gaps) / len(gaps)
+    lines = [f"  mean |sim - replay| queueing per job {mean:.1f} s over {len(gaps)} jobs; largest:"]
+    for _, job, r, s in sorted(gaps, key=lambda g: -abs(g[0]))[:top]:
+        lines.append(
+            f"    {job.name} ({job.queue}, {job.workers}x{job.gpus_per_worker} GPUs, priority "
+            f"{job.priority}, submitted {job.submit:.0f} s, runs {job.duration:.0f} s): "
+            f"replay {r:.1f} s, sim {s:.1f} s"
+        )
+    return lines
 
 
 def latency_share(f: dict[str, Any], jobs: Sequence[ReplayJob]) -> str:
@@ -416,6 +433,7 @@ def json_figures(f: dict[str, Any]) -> dict[str, Any]:
         "fragmentation": f["fragmentation"],
         "utilization": f["gpu_allocation"],
         "makespan_s": f["makespan"],
+        "evictions": f["preemptions"],
         "unfinished": f["unfinished"],
     }
 
@@ -446,6 +464,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--racks-per-block", type=int, default=2)
     ap.add_argument("--sides", default=",".join(SIDES), help=f"comma-separated, of {', '.join(SIDES)}")
     ap.add_argument("--timeout", type=float, default=900, help="max seconds per side after the last submit")
+    ap.add_argument(
+        "--rules",
+        choices=("compressed", "absolute"),
+        default="compressed",
+        help="gpuq's workload-time thresholds (attained-service levels, min run, starvation, "
+        "consolidation and locality waits) divided by the compression like the trace's times "
+        "(default), or as configured",
+    )
     ap.add_argument("--json", type=Path, help="write the figures here")
     args = ap.parse_args(argv)
     cmd = "bench/replay.py " + shlex.join(argv if argv is not None else sys.argv[1:])
@@ -458,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--sides: unknown {', '.join(unknown)} (choose from {', '.join(SIDES)})")
     logs.configure("WARNING")
     config = load_config(None)
-    sim_shape = shape_for_gpus(args.gpus, args.gpus_per_node, args.nodes_per_rack, args.racks_per_block)
+    sim_shape = sim_cluster(args.gpus, args.gpus_per_node, args.nodes_per_rack, args.racks_per_block)
     nodes = build_nodes(sim_shape, config)
     trace, report = read_trace(args.trace, args.format, True, None)
     compress = args.compress or auto_compression(trace, args.start, args.jobs, args.gpus, args.max_duration)
@@ -474,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     except SliceError as exc:
         ap.error(str(exc))
     queues = derive_queues(sliced, args.gpus)
-    jobs = replay_jobs(sliced, args.gpus_per_node)
+    jobs = replay_jobs(sliced, args.gpus_per_node, per_gpu=requests_per_gpu(nodes))
     shape = dev_shape(sim_shape)
     span = max(j.submit for j in jobs)
     durations = sorted(j.duration for j in jobs)
@@ -485,7 +511,13 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     work = Path(tempfile.mkdtemp(prefix="gpuq-replay-"))
-    replayed = {side: replay(side, shape, queues, jobs, span + args.timeout, work) for side in sides}
+    rules = None
+    if args.rules == "compressed":
+        config = compressed_rules(config, compress)
+        rules = work / "gpuq-config.yaml"
+        rules.write_text(yaml.safe_dump(rules_yaml(config)))
+    print(f"gpuq's rules: {args.rules} ({json.dumps(rules_yaml(config))})", flush=True)
+    replayed = {side: replay(side, shape, queues, jobs, span + args.timeout, work, rules) for side in sides}
     simulated = {}
     for policy in SIM_POLICIES.values():
         t = time.monotonic()
@@ -495,8 +527,12 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(columns)))
     for side, policy in SIM_POLICIES.items():
         if side in replayed:
-            real, sim = replayed[side]["jct"]["avg"], simulated[policy]["jct"]["avg"]
-            print(f"sim {policy} vs replay {side}: avg JCT {100 * (sim - real) / real:+.1f}%")
+            real, sim = replayed[side], simulated[policy]
+            print(
+                f"sim {policy} vs replay {side}: avg JCT {gap(sim['jct']['avg'], real['jct']['avg'])}, "
+                f"avg queueing {gap(sim['queueing_delay']['avg'], real['queueing_delay']['avg'])}"
+            )
+            print("\n".join(divergences(replayed[side], simulated[policy], jobs, [j.key for j in sliced])))
     for side, f in replayed.items():
         print(
             f"{side}: scheduling latency {latency_share(f, jobs)}; submissions late by up to "

@@ -53,3 +53,4 @@ def test_an_evicted_job_waits_again_and_one_never_finished_is_counted() -> None:
     assert out["jct"]["avg"] == pytest.approx(12.0) and out["queueing_delay"]["avg"] == 0.0
     # a held 8 GPUs for 4 + 6 s of the 30 s the replay ran.
     assert out["gpu_allocation"] == pytest.approx(8 * 10 / (16 * 30))
+    assert out["preemptions"] == 1  # a's second run followed its eviction; b never ran

@@ -31,3 +31,29 @@ def test_workers_as_the_simulator_shapes_them_and_names_a_cluster_accepts() -> N
     assert [(j.name, j.workers, j.gpus_per_worker) for j in out] == [("j00001", 2, 8), ("j00002", 1, 6)]
     assert [j.queue for j in out] == ["philly-vc-7", "q-42"]
     assert dns_label("---") == "q"
+
+
+def test_workers_ask_the_cpu_and_memory_the_simulator_gives_them() -> None:
+    from dataclasses import replace
+
+    gib = 1 << 30
+    heavy = replace(job("cpu-heavy", 0, 16), cpu_millis=48_000, memory_bytes=64 * gib)  # per job
+    out = replay_jobs([heavy, job("bare", 1, 2)], node_gpus=8, per_gpu=(9_000, 100 * gib))
+    # The trace's requests split over the job's workers; a job without any gets the per-GPU default.
+    assert [(j.cpu_millis, j.memory_bytes) for j in out] == [(24_000, 32 * gib), (18_000, 200 * gib)]
+
+
+def test_rules_on_the_slices_clock_and_the_operator_reads_them_back() -> None:
+    from gpuq.config import config_from_mapping
+    from gpuq.core.config import SchedulerConfig
+    from gpuq.peers.replay_slice import compressed_rules, rules_yaml
+
+    base = SchedulerConfig()
+    fast = compressed_rules(base, 40)
+    assert fast.service.thresholds_gpu_hours == (1.0 / 40, 100.0 / 40)
+    assert fast.service.min_run_seconds == base.service.min_run_seconds / 40
+    assert fast.consolidation.min_wait_seconds == base.consolidation.min_wait_seconds / 40
+    assert (fast.starvation_seconds, fast.locality_wait_seconds) == (300.0 / 40, 86400.0 / 40)
+    # The machinery's timers do not speed up with the trace.
+    assert fast.failover == base.failover
+    assert config_from_mapping(rules_yaml(fast)) == fast

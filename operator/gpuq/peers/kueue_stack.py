@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client as k8s
 
+from gpuq.core.model import Queue
+from gpuq.devcluster.shape import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL
 from gpuq.peers.kueue_binaries import KueueBuild
 from gpuq.peers.local_controller import LocalController, free_port, host_address
+from gpuq.peers.replay_slice import dns_label
 
 NAMESPACE = "kueue-system"
 # What a dry run sends through Kueue's webhooks to see that they answer.
@@ -170,6 +173,76 @@ def queue_objects(
     ]  # fmt: skip
 
 
+def priority_class(priority: int) -> str:
+    """The WorkloadPriorityClass of a priority (a DNS name, so negative ones spelled out)."""
+    return f"priority-{priority}" if priority >= 0 else f"priority-minus-{-priority}"
+
+
+def kueue_objects(
+    queues: Sequence[Queue],
+    priorities: set[int],
+    namespace: str,
+    unbounded: Mapping[str, int | str] | None = None,
+) -> list[dict[str, Any]]:
+    """What a Kueue user applies for these queues: one Topology and TAS flavor over the GPU nodes, a
+    ClusterQueue per GPUQueue (same cohort, quota, borrowing limit, gpuq's default preemption),
+    its LocalQueue in `namespace`, a WorkloadPriorityClass per priority. The Topology ends at the
+    hostname level, which TAS needs to replace a failed node. `unbounded`: other resources the pods
+    request (cpu, memory), each ClusterQueue covering them with the whole cluster's amount, since
+    Kueue admits nothing that asks for a resource no ClusterQueue covers and a GPUQueue bounds GPUs
+    only."""
+    api = API
+    levels = [{"nodeLabel": label} for label in (BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL)]
+    out: list[dict[str, Any]] = [
+        {"apiVersion": api, "kind": "Topology", "metadata": {"name": "gpus"}, "spec": {"levels": levels}},
+        {
+            "apiVersion": api,
+            "kind": "ResourceFlavor",
+            "metadata": {"name": "gpus"},
+            "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": "gpus"},
+        },
+    ]
+    for value in sorted(priorities):
+        out.append(
+            {
+                "apiVersion": api,
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": priority_class(value)},
+                "value": value,
+            }
+        )
+    for q in queues:
+        resource: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": q.nominal_gpus}
+        if q.borrowing_limit_gpus is not None:
+            resource["borrowingLimit"] = q.borrowing_limit_gpus
+        others = [{"name": name, "nominalQuota": amount} for name, amount in (unbounded or {}).items()]
+        spec: dict[str, Any] = {
+            "namespaceSelector": {},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {
+                    "coveredResources": ["nvidia.com/gpu", *(r["name"] for r in others)],
+                    "flavors": [{"name": "gpus", "resources": [resource, *others]}],
+                }
+            ],
+            # gpuq's GPUQueue defaults (withinQueue LowerPriority, reclaimWithinCohort Any) in Kueue's words.
+            "preemption": {"withinClusterQueue": "LowerPriority", "reclaimWithinCohort": "Any"},
+        }
+        if q.cohort:
+            spec["cohortName"] = q.cohort
+        name = dns_label(q.name)
+        out.append({"apiVersion": api, "kind": "ClusterQueue", "metadata": {"name": name}, "spec": spec})
+        out.append(
+            {
+                "apiVersion": api,
+                "kind": "LocalQueue",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterQueue": name},
+            }
+        )
+    return out
+
+
 def create(custom: k8s.CustomObjectsApi, obj: Mapping[str, Any], namespace: str) -> None:
     """Create one object a Kueue user writes: a LocalQueue in `namespace`, the others cluster-wide."""
     group, version = obj["apiVersion"].split("/")
@@ -196,10 +269,12 @@ def indexed_job(
     image: str,
     topology: tuple[str, str] | None = None,
     pod_annotations: Mapping[str, str] | None = None,
+    requests: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A batch/v1 Indexed Job as a Kueue user writes one for a gang of `replicas` workers of `gpus`
-    GPUs: the queue-name label, and for a multi-pod gang the podset topology annotation
-    (`topology`: ("preferred"|"required", node label)). Kueue suspends it until admitted."""
+    GPUs (and `requests` of other resources each): the queue-name label, and for a multi-pod gang
+    the podset topology annotation (`topology`: ("preferred"|"required", node label)). Kueue
+    suspends it until admitted."""
     annotations = dict(pod_annotations or {})
     if topology is not None:
         annotations[PODSET_PREFERRED if topology[0] == "preferred" else PODSET_REQUIRED] = topology[1]
@@ -222,7 +297,7 @@ def indexed_job(
                         {
                             "name": "trainer",
                             "image": image,
-                            "resources": {"requests": limits, "limits": limits},
+                            "resources": {"requests": {**limits, **(requests or {})}, "limits": limits},
                         }
                     ],
                 },

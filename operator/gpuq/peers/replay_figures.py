@@ -107,6 +107,8 @@ def figures(
         frag = fragmented_gpus(_histogram(hist, size), pending) if count else 0
         recorder.set_levels(t, allocated, allocated, frag, count)
     recorder.advance(max(last, until or last))
+    # No node fails in a replay: every run after a job's first follows an eviction.
+    recorder.preemptions = sum(max(0, len(job.runs) - 1) for job in jobs)
     for job in jobs:
         for run in job.runs:
             end = run.end if run.end is not None else (until or last)

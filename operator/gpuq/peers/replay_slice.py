@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
+from gpuq.core.config import SchedulerConfig
 from gpuq.peers.replay_tracker import ReplayJob
 from gpuq.sim.engine import worker_spec
 from gpuq.sim.trace import TraceJob
@@ -65,12 +67,15 @@ def dns_label(text: str, limit: int = 40) -> str:
     return label[:limit].rstrip("-")
 
 
-def replay_jobs(jobs: Sequence[TraceJob], node_gpus: int, worker_gpus: str = "whole") -> list[ReplayJob]:
+def replay_jobs(
+    jobs: Sequence[TraceJob], node_gpus: int, worker_gpus: str = "whole", per_gpu: tuple[int, int] = (0, 0)
+) -> list[ReplayJob]:
     """Each job of the slice as the cluster sees it: `j00001`... in submit order, its queue a DNS
-    label, its workers as the simulator shapes them."""
+    label, its workers as the simulator shapes them (GPUs, and the CPU and memory each worker asks:
+    the trace's, or `per_gpu` a GPU when it has none, gpuq.sim.engine.requests_per_gpu)."""
     out = []
     for index, job in enumerate(jobs, start=1):
-        shape = worker_spec(job, worker_gpus, node_gpus)
+        shape = worker_spec(job, worker_gpus, node_gpus, per_gpu)
         out.append(
             ReplayJob(
                 name=f"j{index:05d}",
@@ -80,6 +85,42 @@ def replay_jobs(jobs: Sequence[TraceJob], node_gpus: int, worker_gpus: str = "wh
                 duration=job.duration,
                 workers=shape.replicas,
                 gpus_per_worker=shape.gpus_per_worker,
+                cpu_millis=shape.cpu_millis,
+                memory_bytes=shape.memory_bytes,
             )
         )
     return out
+
+
+def compressed_rules(config: SchedulerConfig, factor: float) -> SchedulerConfig:
+    """gpuq's rules on the slice's clock: every threshold measured in the workload's time (attained
+    GPU-hours, a run's minimum before it may be preempted or moved, how long a head waits before it
+    starves, is consolidated for, or stops holding out for locality) divided by `factor`, as the
+    trace's times are. A replay compressed 40x with a day's locality wait would otherwise hold gangs
+    out for 40 trace-days. The machinery's timers (failover grace, back-off) stay as they are: nodes
+    do not fail faster in a compressed trace."""
+    service, consolidation = config.service, config.consolidation
+    return replace(
+        config,
+        service=replace(
+            service,
+            thresholds_gpu_hours=tuple(t / factor for t in service.thresholds_gpu_hours),
+            min_run_seconds=service.min_run_seconds / factor,
+        ),
+        consolidation=replace(consolidation, min_wait_seconds=consolidation.min_wait_seconds / factor),
+        starvation_seconds=config.starvation_seconds / factor,
+        locality_wait_seconds=config.locality_wait_seconds / factor,
+    )
+
+
+def rules_yaml(config: SchedulerConfig) -> dict[str, Any]:
+    """The rules `compressed_rules` changes, in the operator's config.yaml spelling (gpuq.config)."""
+    return {
+        "service": {
+            "thresholdsGPUHours": list(config.service.thresholds_gpu_hours),
+            "minRunSeconds": config.service.min_run_seconds,
+        },
+        "consolidation": {"minWaitSeconds": config.consolidation.min_wait_seconds},
+        "starvationSeconds": config.starvation_seconds,
+        "localityWaitSeconds": config.locality_wait_seconds,
+    }

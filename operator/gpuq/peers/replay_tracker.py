@@ -26,6 +26,8 @@ class ReplayJob:
     duration: float  # seconds at full speed
     workers: int
     gpus_per_worker: int
+    cpu_millis: int = 0  # per worker, as the simulator asks (the trace's, or its per-GPU default)
+    memory_bytes: int = 0
 
 
 @dataclass

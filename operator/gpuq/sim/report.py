@@ -15,7 +15,7 @@ from rich.table import Table
 
 HOUR = 3600.0
 # Keys of a run's summary that are raw series, left out of the JSON report (plots use them).
-SERIES_KEYS = ("timeline", "jct_samples")
+SERIES_KEYS = ("timeline", "jct_samples", "outcomes")
 
 
 @dataclass(frozen=True, slots=True)

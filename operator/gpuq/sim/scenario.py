@@ -59,6 +59,7 @@ class Scenario:
         summary = sim.run()
         summary["timeline"] = sim.recorder.timeline
         summary["jct_samples"] = [o.jct for o in sim.recorder.outcomes]
+        summary["outcomes"] = list(sim.recorder.outcomes)
         return summary
 
 
