@@ -8,9 +8,10 @@ from dataclasses import replace
 from unittest.mock import patch
 
 from gpuq.core import ClusterIndex, SchedulerConfig, schedule, scheduler
+from gpuq.core.decisions import PendingCode
 from gpuq.core.model import Checkpoint, Job, Snapshot
 
-from .helpers import NOW, cluster, job, pending, queue, snap
+from .helpers import NOW, cluster, codes, job, pending, queue, snap
 
 NODES = cluster(racks=1, nodes_per_rack=2)  # 16 GPUs
 CFG = SchedulerConfig()
@@ -118,3 +119,36 @@ def test_a_failed_class_behind_its_head_counts_its_back_offs_down() -> None:
     s = snap(nodes, [queue()], [running, head, backing])
     assert "next attempt in 100s" in pending(schedule(s, NOW, CFG))["ns/backing"]
     _explained_again(s, CFG, NOW + 30)
+
+
+def test_a_wait_for_evicting_gangs_not_repeated_frees_its_quota_for_a_recalled_class() -> None:
+    """A head that waited for a peer's evicting gang took quota (and the gang's room) without an
+    admission. The next cycle a new job of its queue is admitted ahead of it: it no longer fits its
+    nominal quota, may not reclaim, and waits for nothing, so the quota it held is lent again. A class
+    that failed for want of that quota behind it is tried, not recalled, though every job it failed
+    with is still there, unchanged."""
+    nodes = cluster(racks=1, nodes_per_rack=2)  # 16 GPUs
+    qa, qb = queue("a", nominal=4, cohort="c"), queue("b", nominal=8, cohort="c")
+    qx = queue("x", nominal=0, cohort="c")
+    leaving = job("ns/a-leaving", queue="a", gpus=8, on=["n0000"], evicting=True)  # borrowed, being evicted
+    kept = job("ns/a-kept", queue="a", gpus=4, on=["n0001"])  # a at its nominal: 4 GPUs free on n0001
+    waiter = job("ns/b-waiter", queue="b", gpus=8, created=NOW - 50)  # fits b's nominal: waits for it
+    borrower = job("ns/x-borrower", queue="x", gpus=2, created=NOW - 40)  # the cohort lends it nothing
+    s1 = snap(nodes, [qa, qb, qx], [leaving, kept, waiter, borrower])
+    ix = ClusterIndex(s1, CFG)
+    first = schedule(s1, NOW, CFG, index=ix, explain=False)
+    assert first == schedule(s1, NOW, CFG, explain=False)
+    assert not (first.admit or first.preempt or first.abandon)  # b's head waits for a's leaving gang
+    waiting = schedule(s1, NOW, CFG)
+    assert codes(waiting) == {
+        "ns/b-waiter": PendingCode.WAITING_FOR_PREEMPTION,
+        "ns/x-borrower": PendingCode.COHORT_EXHAUSTED,
+    }
+    # A job that goes ahead of the waiter in b arrives: nothing started, left or changed since.
+    urgent = job("ns/b-urgent", queue="b", gpus=1, priority=1, created=NOW)
+    s2 = replace(s1, jobs=(*s1.jobs, urgent))
+    ix.apply(s2, jobs=[urgent])
+    assert ix.changes == 0 and ix.takes == 0
+    fresh = schedule(s2, NOW + 1, CFG, explain=False)
+    assert {a.job for a in fresh.admit} == {"ns/b-urgent", "ns/x-borrower"}
+    assert schedule(s2, NOW + 1, CFG, index=ix, explain=False) == fresh

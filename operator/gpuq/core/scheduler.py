@@ -83,6 +83,7 @@ def schedule(
             ix.reprices,
             admitted,
             tuple(cycle.holding),
+            tuple(cycle.holds),
             tuple(cycle.acts),
             snapshot.queues,
             now,
@@ -148,6 +149,9 @@ class _Failed:
     skipped: bool
     deferred: bool
     acts: int  # how many of its cycle's acts (_Cycle.acts) came before it
+    # How many of its cycle's holds (_Cycle.holds) came before it: it failed with what they took
+    # taken; a cycle that has not repeated them all may have that room, or quota, free for it.
+    holds: int
     # Its reason was found on the state its cycle reached after those acts (not recalled from a
     # cycle whose state differed): a cycle with the same acts before it has the same state again.
     exact: bool
@@ -167,14 +171,18 @@ class _Memo:
     no capacity or quota was freed: a class whose same first job fails in the same role (head or
     not, at the same waiting stage, behind the same reservations) fails again and need not be tried,
     unless it is a head that jobs started since could now be preempted for, or its verdict weighed
-    victims' costs and a checkpoint came since. An explaining cycle recalls a class only when its
-    reason's words are sure to be the same too (_Failed.exact)."""
+    victims' costs and a checkpoint came since. Those jobs being unchanged does not make their tries
+    take the same again (a new job admitted ahead of a waiting head may leave it outside its quota,
+    waiting for nothing): a class is recalled only once every hold that came before it in that cycle
+    (`holds`) was repeated, the same, in this one (_Failed.holds, _Cycle.repeated). An explaining
+    cycle recalls a class only when its reason's words are sure to be the same too (_Failed.exact)."""
 
     changes: int
     takes: int
     reprices: int
     admitted: tuple[str, ...]
     holding: tuple[Job, ...]
+    holds: tuple[Hashable, ...]  # its acts that were not admissions, in order (_Cycle.holds)
     acts: tuple[Hashable, ...]  # what its cycle did, in order (_Cycle.acts)
     queues: tuple[Queue, ...]
     now: float
@@ -272,6 +280,14 @@ class _Cycle:
         self.holding: list[Job] = []
         self.last_acts: tuple[Hashable, ...] = ()
         self.same_acts = False
+        # The acts that took capacity or quota without an admission (reservations, waits for
+        # preempted gangs, recoveries), in order, and how many of the last cycle's (`last_holds`)
+        # this cycle repeated, as a prefix (`repeated`: the first that many were all done here too).
+        # A job unchanged since may act otherwise now (an admission before it took what it needed):
+        # a class that failed behind a hold not repeated yet may find its room or quota free.
+        self.holds: list[Hashable] = []
+        self.last_holds: tuple[Hashable, ...] = ()
+        self.repeated = 0
         self.priced = 0  # preemption and consolidation searches reached (or skipped as failed)
         self.searched_queues: set[str] = set()  # queues with a failed search memo (preempt_fail)
         self.held_out = False  # the last job tried failed only because of its locality wait
@@ -301,6 +317,7 @@ class _Cycle:
             self.started_since = self.ix.takes != self.ix.cycle_memo.takes
             self.repriced = self.ix.reprices != self.ix.cycle_memo.reprices
             self.last_acts = self.ix.cycle_memo.acts
+            self.last_holds = self.ix.cycle_memo.holds
             self.same_acts = not self.started_since
         for key in self.ix.recovering:
             job = self.ix.jobs[key]
@@ -552,6 +569,7 @@ class _Cycle:
             and prev.stage == stage
             and (prev.local_until > self.now) == (self._local_until(job) > self.now)
             and prev.reserved == tuple(self.reserved)
+            and prev.holds <= self.repeated
             and not (prev.priced and self.repriced)
             # An explaining cycle repeats the reason: only one found on the same state, and not a
             # locality wait's (it counts down the seconds left).
@@ -585,9 +603,14 @@ class _Cycle:
                 self.complete = False
             if prev.deferred:
                 self.deferred.add(job.key)
-            self.failed_out[(qn, ck)] = prev if exact or not prev.exact else replace(prev, exact=False)
+            # Where it stands in this cycle: the next one checks the holds before it here.
+            acts, holds = len(self.acts), len(self.holds)
+            if prev.acts != acts or prev.holds != holds or prev.exact != exact:
+                prev = replace(prev, acts=acts, holds=holds, exact=exact)
+            self.failed_out[(qn, ck)] = prev
             return _Outcome.FAILED
         searches, priced, skipped, acts = self.searches, self.priced, self.skipped, len(self.acts)
+        holds = len(self.holds)
         outcome = self._try(job, q, is_head)
         if outcome is _Outcome.FAILED and job.key not in self.reserved:
             self.failed_out[(qn, ck)] = _Failed(
@@ -601,6 +624,7 @@ class _Cycle:
                 self.skipped > skipped,
                 job.key in self.deferred,
                 acts,
+                holds,
                 True,
                 tuple(self.reserved),
                 *self.fail_reason,
@@ -616,6 +640,11 @@ class _Cycle:
         self.acts.append(act)
         if job is not None:
             self.holding.append(job)
+            self.holds.append(act)
+            last, n = self.last_holds, self.repeated
+            while n < len(last) and last[n] in self.holds:
+                n += 1
+            self.repeated = n
 
     def _stage_times(self, job: Job) -> tuple[float, ...]:
         """When a waiting job starts starving (starvation_seconds: a reservation) and when it may
@@ -1082,6 +1111,7 @@ class _Cycle:
         members.sort(key=lambda n: (-st.free_gpu[n], n))
         held = 0
         need = R
+        taken = []
         for n in members:
             if need <= 0 or not d.gpus:
                 break
@@ -1091,11 +1121,12 @@ class _Cycle:
             if take:
                 st.delta(n, take, 0, 0, ())
                 held += take
+                taken.append((n, take))
         if not held:
             return 0
         self.book.add(q.name, G, {})
         self.reserved.append(job.key)
-        self._act(("reserve", job, held), job)
+        self._act(("reserve", job, tuple(taken)), job)
         return held
 
     def _capable(self, pool: Pool, t: int, G: int) -> list[tuple[int, int]]:
