@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuq.core import ClusterIndex, SchedulerConfig, preemption, schedule
-from gpuq.core.decisions import PendingCode
-from gpuq.core.model import Job, Running, Snapshot
+from gpuq.core.decisions import Decisions, PendingCode
+from gpuq.core.model import Checkpoint, Job, Running, Snapshot
 
 from .helpers import (
     check_gangs,
@@ -250,6 +250,73 @@ def test_quiet_cycle_memo_decides_like_a_fresh_cycle(sc: Scenario, rnd: random.R
     s2 = replace(s, jobs=(*s.jobs, *new))
     ix.apply(s2, jobs=new)
     assert schedule(s2, later, cfg, index=ix, explain=False) == schedule(s2, later, cfg, explain=False)
+
+
+def _next_state(
+    s: Snapshot, d: Decisions, now: float, step: int, rnd: random.Random
+) -> tuple[Snapshot, list[Job], list[str]]:
+    """What may come between two cycles without counting as a change to the cycle memo (started
+    admissions, checkpoints, queued jobs arriving, changing and leaving), and now and then a real
+    change (a running job leaves): the next snapshot, the jobs added or changed, the keys removed."""
+    started = {a.job: Running(a.placement, now) for a in d.admit}
+    jobs: list[Job] = []
+    changed: list[Job] = []
+    removed: list[str] = []
+    for j in s.jobs:
+        queued = j.running is None and not j.recovering
+        roll = rnd.random()
+        if j.key in started:
+            new: Job | None = replace(j, running=started[j.key], recovering=False)
+        elif j.running is not None and roll < 0.3:
+            new = replace(j, checkpoint=Checkpoint(now - rnd.choice((0.0, 50.0)), rnd.randint(1, 9), "/ck"))
+        elif (j.running is not None and roll < 0.33) or (queued and roll < 0.1):
+            new = None  # a running job leaves (a change), or a queued one (not a change)
+        elif queued and roll < 0.2:
+            new = replace(
+                j,
+                not_before=now + rnd.choice((0.0, 0.0, 30.0)),
+                queued_since=now - rnd.choice((0.0, 99.0)),
+                avoid_nodes=frozenset(rnd.sample([n.name for n in s.nodes], min(2, len(s.nodes)))),
+            )
+        else:
+            new = j
+        if new is None:
+            removed.append(j.key)
+            continue
+        jobs.append(new)
+        if new is not j:
+            changed.append(new)
+    arrivals = [
+        replace(
+            j,
+            key=f"{j.key}-{step}",
+            created_at=now - rnd.choice((0.0, 400.0)),
+            priority=j.priority + rnd.choice((0, 0, 1, 100)),
+        )
+        for j in s.jobs
+        if j.running is None and not j.recovering and rnd.random() < 0.3
+    ]
+    return replace(s, jobs=(*jobs, *arrivals)), [*changed, *arrivals], removed
+
+
+@PROPERTY
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_a_memo_kept_across_queued_jobs_and_checkpoints_decides_like_a_fresh_cycle(
+    sc: Scenario, rnd: random.Random
+) -> None:
+    """The cycle memo outlives what frees nothing (queued jobs that come, change or go; checkpoints;
+    admissions that start) and explaining cycles: a chain of cycles on a kept index, each explaining
+    or not, decides and explains exactly like fresh cycles."""
+    s, cfg = sc
+    ix = ClusterIndex(s, cfg)
+    now = NOW
+    for step in range(5):
+        explain = rnd.random() < 0.6
+        d = schedule(s, now, cfg, index=ix, explain=explain)
+        assert d == schedule(s, now, cfg, explain=explain)
+        s, changed, removed = _next_state(s, d, now, step, rnd)
+        ix.apply(s, jobs=changed, removed_jobs=removed)
+        now += rnd.choice((0.0, 1.0, 1.0, 250.0))
 
 
 # Shortcuts of the preemption search, each patched to never apply.

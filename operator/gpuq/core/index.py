@@ -27,6 +27,7 @@ from gpuq.core.constraints import (
     taint_text,
     untolerated,
 )
+from gpuq.core.decisions import Pending
 from gpuq.core.fit import Demand, Extra, extra_of, slots_on
 from gpuq.core.model import Job, Node, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
@@ -66,6 +67,25 @@ def _started(old: Job, new: Job) -> bool:
         and not new.recovering
         and not new.evicting
         and all(getattr(old, name) == getattr(new, name) for name in _KEPT_BY_A_START)
+    )
+
+
+# Every field but the checkpoint: what _repriced compares.
+_KEPT_BY_A_CHECKPOINT = tuple(f.name for f in fields(Job) if f.name != "checkpoint")
+
+
+def _queued(job: Job) -> bool:
+    """A job waiting in its queue (not running, not recovering): it holds no capacity or quota."""
+    return job.running is None and not job.recovering
+
+
+def _repriced(old: Job, new: Job) -> bool:
+    """A running job that reported a checkpoint, nothing else about it changed: only what evicting
+    it would cost (preemption and consolidation searches) changed, no capacity, quota or service."""
+    return (
+        old.running is not None
+        and old.checkpoint != new.checkpoint
+        and all(getattr(old, name) == getattr(new, name) for name in _KEPT_BY_A_CHECKPOINT)
     )
 
 
@@ -131,12 +151,20 @@ class ClusterIndex:
 
     def _build(self, snapshot: Snapshot) -> None:
         self.rebuilds += 1
-        # Bumped by every delta except the arrival of a new pending job: equal counts between two
-        # cycles mean no job left or started, nothing released, no node changed (see scheduler).
+        # Bumped by every delta except those of queued jobs (arriving, changing while they wait,
+        # leaving: they hold nothing), starts and checkpoints: equal counts between two cycles mean no
+        # running or recovering job left, nothing released, no node changed (see scheduler).
         self.changes = 0
         self.takes = 0  # pending jobs that started running (capacity only shrinks): not a change
+        self.reprices = 0  # running jobs that reported a checkpoint (only victims' costs change)
         self.min_runtime_running = 0  # running jobs with minRuntimeSeconds (time alone changes victims)
         self.cycle_memo: object | None = None  # what the last cycle left for the next (scheduler)
+        # What the last explaining cycle made of each queue: (what it was made of, its Pendings)
+        # (scheduler: _Cycle._explained). Kept valid by queue_versions: bumped whenever a pending
+        # job of the queue comes, changes or goes; backoffs: its queued jobs with a notBefore.
+        self.explained: dict[str, tuple[object, tuple[Pending, ...]]] = {}
+        self.queue_versions: dict[str, int] = {}
+        self.backoffs: dict[str, int] = {}
         self._pools_ready = False  # _use() keeps pools current only once they exist
         self.snapshot = snapshot
         self.topology = snapshot.topology
@@ -298,6 +326,7 @@ class ClusterIndex:
         self.demand[key] = d
         if job.running is None:
             self.pending.add(key)
+            self._count_pending(job, 1)
             if job.recovering:
                 self.recovering.add(key)
                 self._count_usage(job.queue, job.workers.total_gpus, ())
@@ -369,6 +398,7 @@ class ClusterIndex:
         d = self.demand.pop(key)
         if job.running is None:
             self.pending.discard(key)
+            self._count_pending(job, -1)
             if job.recovering:
                 self.recovering.discard(key)
                 self._count_usage(job.queue, -job.workers.total_gpus, ())
@@ -397,6 +427,16 @@ class ClusterIndex:
             self._count_usage(
                 job.queue, -len(job.running.placement) * d.gpus, tuple((m, -g) for m, g in models)
             )
+
+    def _count_pending(self, job: Job, sign: int) -> None:
+        q = job.queue
+        self.queue_versions[q] = self.queue_versions.get(q, 0) + 1
+        if job.not_before and not job.recovering:
+            left = self.backoffs.get(q, 0) + sign
+            if left:
+                self.backoffs[q] = left
+            else:
+                del self.backoffs[q]
 
     def _unqueue(self, job: Job) -> None:
         ck = self.job_class.pop(job.key)
@@ -478,8 +518,9 @@ class ClusterIndex:
             self.changes += 1
             self._update_node(nd)
         for key in removed_jobs:
-            if key in self.jobs:
-                self.changes += 1
+            gone = self.jobs.get(key)
+            if gone is not None:
+                self.changes += not _queued(gone)
                 self._remove_job(key)
         for job in jobs:
             old = self.jobs.get(job.key)
@@ -487,10 +528,12 @@ class ClusterIndex:
             if old is not None:
                 if _started(old, job):
                     self.takes += 1
-                else:
+                elif _repriced(old, job):
+                    self.reprices += 1
+                elif not (_queued(old) and _queued(job)):
                     self.changes += 1
                 self._remove_job(job.key, same)
-            elif job.running is not None or job.recovering:
+            elif not _queued(job):
                 self.changes += 1
             self._add_job(job, same)
         self.snapshot = snapshot

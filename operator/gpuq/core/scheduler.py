@@ -71,16 +71,31 @@ def schedule(
     cycle = _Cycle(ix, snapshot, now, config, explain)
     decisions = cycle.run()
     # A cycle that preempted nothing leaves a memo for the next one (see _Memo).
-    if explain or decisions.preempt or decisions.restart or decisions.abandon:
+    if decisions.preempt or decisions.restart or decisions.abandon:
         ix.cycle_memo = None
     else:
         admitted = tuple(a.job for a in decisions.admit)
         # Running jobs become victims (or movers) with time alone: the memo expires then.
         until = _next_running_event(ix, config, now)
         ix.cycle_memo = _Memo(
-            ix.changes, ix.takes, admitted, snapshot.queues, now, config, cycle.failed_out, until
+            ix.changes,
+            ix.takes,
+            ix.reprices,
+            admitted,
+            tuple(cycle.holding),
+            tuple(cycle.holds),
+            tuple(cycle.acts),
+            snapshot.queues,
+            now,
+            config,
+            cycle.failed_out,
+            until,
         )
     return decisions
+
+
+def _keys(victims: Iterable[preemption.Victim]) -> tuple[str, ...]:
+    return tuple(v.key for v in victims)
 
 
 def _next_running_event(ix: ClusterIndex, config: SchedulerConfig, now: float) -> float:
@@ -120,12 +135,26 @@ def _deepest_holding(ix: ClusterIndex, d: Demand, R: int, pools: list[Pool]) -> 
 class _Failed:
     """How a pending class failed in a cycle (its first job tried, as head or not)."""
 
-    key: str
+    job: Job
     head: bool
     stage: int  # how long it had waited: _Cycle._stage
     local_until: float  # when its locality wait ends (_local_until; 0: none)
     held_out: bool  # it failed only because it holds out for its smallest domain (_Cycle.held_out)
     searched: bool  # it ran a preemption search (counts against the per-cycle budget)
+    # Its verdict depended on what evicting running gangs costs (a preemption or consolidation
+    # search was run or skipped as failed before): a checkpoint since may change it.
+    priced: bool
+    # The per-cycle search budget was spent when it would have searched (_Cycle.skipped), and
+    # whether that was its preemption search (then its reason says so: _Cycle.deferred).
+    skipped: bool
+    deferred: bool
+    acts: int  # how many of its cycle's acts (_Cycle.acts) came before it
+    # How many of its cycle's holds (_Cycle.holds) came before it: it failed with what they took
+    # taken; a cycle that has not repeated them all may have that room, or quota, free for it.
+    holds: int
+    # Its reason was found on the state its cycle reached after those acts (not recalled from a
+    # cycle whose state differed): a cycle with the same acts before it has the same state again.
+    exact: bool
     # Starving heads holding a reservation when it failed: with another set (a new arrival may take
     # such a head's place), what the class saw free differs.
     reserved: tuple[str, ...]
@@ -135,15 +164,26 @@ class _Failed:
 
 @dataclass(frozen=True, slots=True)
 class _Memo:
-    """What a cycle that preempted nothing leaves for the next (explain=False only). If since then its
-    admissions started and otherwise only new pending jobs came in (ClusterIndex.changes/takes), no
-    capacity or quota was freed: a class whose same first job fails in the same role (head or not,
-    at the same waiting stage, behind the same reservations) fails again and need not be tried,
-    unless it is a head that jobs started since could now be preempted for."""
+    """What a cycle that preempted nothing leaves for the next. If since then its admissions started,
+    running jobs reported checkpoints and otherwise only queued jobs came, changed or went
+    (ClusterIndex.changes/takes/reprices), and the jobs whose tries took capacity or quota without
+    being admitted (`holding`: reservations, waits for preempted gangs) are still there, unchanged,
+    no capacity or quota was freed: a class whose same first job fails in the same role (head or
+    not, at the same waiting stage, behind the same reservations) fails again and need not be tried,
+    unless it is a head that jobs started since could now be preempted for, or its verdict weighed
+    victims' costs and a checkpoint came since. Those jobs being unchanged does not make their tries
+    take the same again (a new job admitted ahead of a waiting head may leave it outside its quota,
+    waiting for nothing): a class is recalled only once every hold that came before it in that cycle
+    (`holds`) was repeated, the same, in this one (_Failed.holds, _Cycle.repeated). An explaining
+    cycle recalls a class only when its reason's words are sure to be the same too (_Failed.exact)."""
 
     changes: int
     takes: int
+    reprices: int
     admitted: tuple[str, ...]
+    holding: tuple[Job, ...]
+    holds: tuple[Hashable, ...]  # its acts that were not admissions, in order (_Cycle.holds)
+    acts: tuple[Hashable, ...]  # what its cycle did, in order (_Cycle.acts)
     queues: tuple[Queue, ...]
     now: float
     config: SchedulerConfig
@@ -204,6 +244,7 @@ class _Cycle:
         self.preempts: list[Preempt] = []
         self.restarts: list[Restart] = []
         self.pending: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self.tried: dict[str, dict[str, tuple[str, str, tuple[str, ...]]]] = {}  # the same by queue
         self.unavailable: set[str] = set()  # running jobs whose resources this cycle already released
         # Victims each capped (or non-preemptible) queue may still lose this cycle.
         self.budgets: dict[str, int] = {
@@ -218,6 +259,7 @@ class _Cycle:
         self._admitted_keys: set[str] = set()
         self.searches = 0  # preemption searches run this cycle
         self.deferred: set[str] = set()  # jobs whose preemption search the budget deferred
+        self.skipped = 0  # searches (preemption or consolidation) skipped for the budget
         # Gangs being evicted that a job waiting this cycle counts on, and whether every job that
         # might was tried (no search skipped for the budget, no admission cap): _abandon_unneeded.
         self.counted: set[str] = set()
@@ -229,6 +271,25 @@ class _Cycle:
         self.failed_out: dict[tuple[str, int], _Failed] = {}  # for the next cycle's memo
         self.failed_in: dict[tuple[str, int], _Failed] = {}  # the last cycle's, when still valid
         self.started_since = False  # jobs started since the last cycle (new preemption victims)
+        self.repriced = False  # running jobs reported checkpoints since the last cycle
+        # What changed the state so far this cycle, in order (admissions, reservations, committed
+        # preemptions, recoveries), and the jobs behind those that were not admissions
+        # (_Memo.holding). While the acts repeat the last cycle's, on the state it started from,
+        # the state a class is tried on is the one it failed on then (`same_acts`).
+        self.acts: list[Hashable] = []
+        self.holding: list[Job] = []
+        self.last_acts: tuple[Hashable, ...] = ()
+        self.same_acts = False
+        # The acts that took capacity or quota without an admission (reservations, waits for
+        # preempted gangs, recoveries), in order, and how many of the last cycle's (`last_holds`)
+        # this cycle repeated, as a prefix (`repeated`: the first that many were all done here too).
+        # A job unchanged since may act otherwise now (an admission before it took what it needed):
+        # a class that failed behind a hold not repeated yet may find its room or quota free.
+        self.holds: list[Hashable] = []
+        self.last_holds: tuple[Hashable, ...] = ()
+        self.repeated = 0
+        self.priced = 0  # preemption and consolidation searches reached (or skipped as failed)
+        self.searched_queues: set[str] = set()  # queues with a failed search memo (preempt_fail)
         self.held_out = False  # the last job tried failed only because of its locality wait
         self.service = ServiceView(config.service, now, ix.levels)
 
@@ -237,10 +298,10 @@ class _Cycle:
     def _memo_still_valid(self) -> bool:
         memo, ix = self.ix.cycle_memo, self.ix
         return (
-            not self.explain
-            and isinstance(memo, _Memo)
+            isinstance(memo, _Memo)
             and memo.changes == ix.changes
             and all(k in ix.jobs and ix.jobs[k].running is not None for k in memo.admitted)
+            and all(ix.jobs.get(j.key) is j for j in memo.holding)
             and memo.queues == self.snapshot.queues
             and memo.config == self.cfg
             and memo.now <= self.now < memo.until
@@ -254,6 +315,10 @@ class _Cycle:
             assert isinstance(self.ix.cycle_memo, _Memo)
             self.failed_in = self.ix.cycle_memo.failed
             self.started_since = self.ix.takes != self.ix.cycle_memo.takes
+            self.repriced = self.ix.reprices != self.ix.cycle_memo.reprices
+            self.last_acts = self.ix.cycle_memo.acts
+            self.last_holds = self.ix.cycle_memo.holds
+            self.same_acts = not self.started_since
         for key in self.ix.recovering:
             job = self.ix.jobs[key]
             prev = self._indices(job.previous_placement)
@@ -303,6 +368,7 @@ class _Cycle:
 
     def _recover(self, r: _Recovery) -> None:
         job, st = r.job, self.st
+        self._act(("recover", job.key), job)  # it may release and take resources
         bad = self._invalid(job)
         if bad is not None:
             self._pend(job, bad, PendingCode.INVALID)
@@ -492,14 +558,34 @@ class _Cycle:
         """_try, or the last cycle's failure of this class when nothing that could change it did."""
         stage = self._stage(job)
         prev = self.failed_in.get((qn, ck))
+        # The state it is tried on is the one it failed on last cycle: its reason's figures (free
+        # GPUs, quota in use) are the same.
+        exact = prev is not None and prev.exact and self.same_acts and len(self.acts) == prev.acts
         if (
             prev is not None
             and not self.preempts  # evictions free their queues' quota: a reclaim may now be allowed
-            and prev.key == job.key
+            and (prev.job is job or prev.job == job)
             and prev.head == is_head
             and prev.stage == stage
             and (prev.local_until > self.now) == (self._local_until(job) > self.now)
             and prev.reserved == tuple(self.reserved)
+            and prev.holds <= self.repeated
+            and not (prev.priced and self.repriced)
+            # An explaining cycle repeats the reason: only one found on the same state, and not a
+            # locality wait's (it counts down the seconds left).
+            and not (self.explain and not (exact and not prev.held_out))
+            # A search is run again only while the budget allows, and one the budget skipped is
+            # skipped again only with the budget spent, on the same state (and no failed search of
+            # its queue this cycle that would make it fail before the budget is looked at).
+            and not (prev.searched and self.searches >= self.cfg.max_preemption_searches_per_cycle)
+            and not (
+                prev.skipped
+                and not (
+                    exact
+                    and self.searches >= self.cfg.max_preemption_searches_per_cycle
+                    and qn not in self.searched_queues
+                )
+            )
             and not (
                 is_head
                 and self.started_since
@@ -509,25 +595,56 @@ class _Cycle:
             )
         ):
             self.searches += prev.searched
+            self.priced += prev.priced
             self.held_out = prev.held_out
-            self.fail_reason = (prev.reason, prev.code)
+            self._pend(job, prev.reason, prev.code)  # its reason says when it was deferred
+            if prev.skipped:
+                self.skipped += 1
+                self.complete = False
+            if prev.deferred:
+                self.deferred.add(job.key)
+            # Where it stands in this cycle: the next one checks the holds before it here.
+            acts, holds = len(self.acts), len(self.holds)
+            if prev.acts != acts or prev.holds != holds or prev.exact != exact:
+                prev = replace(prev, acts=acts, holds=holds, exact=exact)
             self.failed_out[(qn, ck)] = prev
             return _Outcome.FAILED
-        searches = self.searches
+        searches, priced, skipped, acts = self.searches, self.priced, self.skipped, len(self.acts)
+        holds = len(self.holds)
         outcome = self._try(job, q, is_head)
-        if outcome is _Outcome.FAILED and job.key not in self.deferred and job.key not in self.reserved:
-            searched = self.searches > searches
+        if outcome is _Outcome.FAILED and job.key not in self.reserved:
             self.failed_out[(qn, ck)] = _Failed(
-                job.key,
+                job,
                 is_head,
                 stage,
                 self._local_until(job),
                 self.held_out,
-                searched,
+                self.searches > searches,
+                self.priced > priced,
+                self.skipped > skipped,
+                job.key in self.deferred,
+                acts,
+                holds,
+                True,
                 tuple(self.reserved),
                 *self.fail_reason,
             )
         return outcome
+
+    def _act(self, act: Hashable, job: Job | None = None) -> None:
+        """The cycle's state changed: `act` says how (equal acts on equal states change it equally);
+        `job`, when it was not admitted, is what the next cycle's memo needs unchanged."""
+        if self.same_acts:
+            i = len(self.acts)
+            self.same_acts = i < len(self.last_acts) and self.last_acts[i] == act
+        self.acts.append(act)
+        if job is not None:
+            self.holding.append(job)
+            self.holds.append(act)
+            last, n = self.last_holds, self.repeated
+            while n < len(last) and last[n] in self.holds:
+                n += 1
+            self.repeated = n
 
     def _stage_times(self, job: Job) -> tuple[float, ...]:
         """When a waiting job starts starving (starvation_seconds: a reservation) and when it may
@@ -560,39 +677,91 @@ class _Cycle:
             memo[ck] = self._invalid(self.ix.jobs[first[-1]])
         return memo[ck]
 
-    def _explain_queued(self) -> None:
-        """Reasons for the queued jobs the cycle did not try itself (see _Dead, stops, the cycle limit)."""
+    def _explained(self) -> tuple[Pending, ...]:
+        """Every waiting job's Pending, queue by queue (by name), each queue's in its order. A
+        queue's Pendings are those of the last explaining cycle (ClusterIndex.explained) when what
+        they are made of is the same: its queued jobs (ClusterIndex.queue_versions), the queue, the
+        reasons this cycle's tries gave its jobs, its classes' failures (_Dead), its stop, its
+        admissions, and no queued job of it in a back-off (whose reason counts down the seconds)."""
+        ix = self.ix
+        admitted: dict[str, set[str]] = {}
+        for key in self._admitted_keys:
+            admitted.setdefault(ix.jobs[key].queue, set()).add(key)
+        kept, ix.explained = ix.explained, {}
+        out: list[tuple[Pending, ...]] = []
+        for qn in sorted(ix.queued.keys() | self.tried.keys()):
+            classes = ix.queued.get(qn, {})
+            tried = self.tried.get(qn, {})
+            made_of = (
+                ix.queue_versions.get(qn, 0),
+                self.queues.get(qn),
+                self.stops.get(qn),
+                [(ck, self.dead.get((qn, ck))) for ck in classes],
+                dict(tried),
+                admitted.get(qn),
+                self.now if ix.backoffs.get(qn) else None,
+            )
+            last = kept.get(qn)
+            if last is not None and last[0] == made_of:
+                chunk = last[1]
+            else:
+                self._explain_queued(qn, classes)
+                chunk = self._in_queue_order(qn, classes, admitted.get(qn, set()))
+            ix.explained[qn] = (made_of, chunk)
+            out.append(chunk)
+        return tuple(p for chunk in out for p in chunk)
+
+    def _in_queue_order(
+        self, qn: str, classes: dict[int, list[OrderKey]], admitted: set[str]
+    ) -> tuple[Pending, ...]:
+        """The queue's waiting jobs' Pendings with their positions: recovering jobs first, then by
+        order key (a queued job's is in its class's sorted list already)."""
+        ix, entries = self.ix, self.tried.get(qn, {})
+        th = ix.thresholds
+        others = [k for k in entries if k not in ix.job_class]  # recovering, or restarted now
+        first = sorted(order_key(ix.jobs[k], th) for k in others if ix.jobs[k].recovering)
+        rest = [ok for keys in classes.values() for ok in keys if ok[-1] not in admitted]
+        rest += [order_key(ix.jobs[k], th) for k in others if not ix.jobs[k].recovering]
+        rest.sort()
+        out = []
+        for pos, ok in enumerate((*first, *rest), start=1):
+            reason, code, nominated = entries[ok[-1]]
+            out.append(Pending(ok[-1], reason, pos, code, nominated))
+        return tuple(out)
+
+    def _explain_queued(self, qn: str, classes: dict[int, list[OrderKey]]) -> None:
+        """Reasons for the queue's queued jobs the cycle did not try itself (see _Dead, stops, the
+        cycle limit)."""
         ix, now = self.ix, self.now
         limit = self.cfg.max_admissions_per_cycle
-        for qn, classes in ix.queued.items():
-            stop = self.stops.get(qn)
-            for ck, keys in classes.items():
-                dead = self.dead.get((qn, ck))
-                for i, ok in enumerate(keys):
-                    key = ok[-1]
-                    if key in self.pending or key in self._admitted_keys:
-                        continue
-                    job = ix.jobs[key]
-                    bad = self._invalid_class(ck, keys[0])
-                    if bad is not None:
-                        self._pend(job, bad, PendingCode.INVALID)
-                    elif qn not in self.queues:
-                        self._pend(job, f"queue {qn} does not exist", PendingCode.QUEUE_NOT_FOUND)
-                    elif self.queues[qn].held:
-                        self._pend(job, f"queue {qn} is held: it admits no new jobs", PendingCode.HELD)
-                    elif stop is not None and ok > stop[0]:
-                        self._pend(job, stop[1], stop[2])
-                    elif dead is not None and i >= dead.start:
-                        if job.not_before > now:
-                            self._pend_backoff(job)
-                        else:
-                            self._pend(job, dead.reason, dead.code)
+        stop = self.stops.get(qn)
+        for ck, keys in classes.items():
+            dead = self.dead.get((qn, ck))
+            for i, ok in enumerate(keys):
+                key = ok[-1]
+                if key in self.pending or key in self._admitted_keys:
+                    continue
+                job = ix.jobs[key]
+                bad = self._invalid_class(ck, keys[0])
+                if bad is not None:
+                    self._pend(job, bad, PendingCode.INVALID)
+                elif qn not in self.queues:
+                    self._pend(job, f"queue {qn} does not exist", PendingCode.QUEUE_NOT_FOUND)
+                elif self.queues[qn].held:
+                    self._pend(job, f"queue {qn} is held: it admits no new jobs", PendingCode.HELD)
+                elif stop is not None and ok > stop[0]:
+                    self._pend(job, stop[1], stop[2])
+                elif dead is not None and i >= dead.start:
+                    if job.not_before > now:
+                        self._pend_backoff(job)
                     else:
-                        self._pend(
-                            job,
-                            f"cycle admission limit ({limit}) reached; retried next cycle",
-                            PendingCode.CYCLE_LIMIT,
-                        )
+                        self._pend(job, dead.reason, dead.code)
+                else:
+                    self._pend(
+                        job,
+                        f"cycle admission limit ({limit}) reached; retried next cycle",
+                        PendingCode.CYCLE_LIMIT,
+                    )
 
     def _never_fits(self, job: Job) -> str | None:
         """Why no node set could ever hold the gang, or None. A queued job's answer is its pending
@@ -717,11 +886,13 @@ class _Cycle:
         st, book = self.st, self.book
         if not preemption.may_have_victims(self.ix, book, job, q, quota_gpus, self.service):
             return _Outcome.FAILED
+        self.priced += 1
         memo_key = (q.name, job.priority, d, req, quota_gpus, tuple(id(p) for p in tiers[-1]))
         if self.preempt_fail.get(memo_key) == st.gives:
             return _Outcome.FAILED
         if self.searches >= self.cfg.max_preemption_searches_per_cycle:
             self.deferred.add(job.key)
+            self.skipped += 1
             self.complete = False
             return _Outcome.FAILED
         self.searches += 1
@@ -735,6 +906,7 @@ class _Cycle:
             plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
         if plan is None:
             self.preempt_fail[memo_key] = st.gives
+            self.searched_queues.add(q.name)
             return _Outcome.FAILED
         if not self._spend_budgets(plan):
             return _Outcome.FAILED  # it would exceed a queue's preemptions per hour: wait instead
@@ -742,6 +914,7 @@ class _Cycle:
         # Whether its queue's quota (not only free room) needed the victims: their reason says so.
         quota = book.check(q, quota_gpus)
         preemption.commit(st, book, plan, d, q, quota_gpus, models)
+        self._act(("preempt", job, _keys(plan.victims), _keys(plan.waiting), plan.placement.assign), job)
         for v in plan.victims:
             if v.reclaim:
                 why = f"reclaimed by queue {q.name} for {job.key}: queue {v.queue} runs on borrowed quota"
@@ -782,7 +955,9 @@ class _Cycle:
             # preempt it again once it ran service.min_run_seconds, undoing the moves (a head that
             # lands on several nodes is spared only by smaller jobs, not by its equals).
             return _Outcome.FAILED
+        self.priced += 1
         if self.searches >= self.cfg.max_preemption_searches_per_cycle:
+            self.skipped += 1
             self.complete = False
             return _Outcome.FAILED
         self.searches += 1
@@ -808,6 +983,8 @@ class _Cycle:
         if not self._spend_budgets(pplan):
             return _Outcome.FAILED
         preemption.commit(st, self.book, pplan, d, q, quota_gpus, self._models_of(plan.placement, d))
+        moves = tuple((m.victim.key, m.target.assign) for m in plan.moves)
+        self._act(("move", job, moves, plan.placement.assign), job)
         for m in plan.moves:  # the free GPUs each moved gang restarts on stay its own this cycle
             st.use_all(m.target.assign, m.victim.demand, 1)
         nodes = ix.nodes
@@ -934,6 +1111,7 @@ class _Cycle:
         members.sort(key=lambda n: (-st.free_gpu[n], n))
         held = 0
         need = R
+        taken = []
         for n in members:
             if need <= 0 or not d.gpus:
                 break
@@ -943,10 +1121,12 @@ class _Cycle:
             if take:
                 st.delta(n, take, 0, 0, ())
                 held += take
+                taken.append((n, take))
         if not held:
             return 0
         self.book.add(q.name, G, {})
         self.reserved.append(job.key)
+        self._act(("reserve", job, tuple(taken)), job)
         return held
 
     def _capable(self, pool: Pool, t: int, G: int) -> list[tuple[int, int]]:
@@ -1060,6 +1240,7 @@ class _Cycle:
         nodes = self.ix.nodes
         self.admits.append(Admit(job.key, tuple(nodes[n].name for n in p.nodes), p.cost, borrowed, restart))
         self._admitted_keys.add(job.key)
+        self._act(("admit", job, p.assign, restart, quota))
 
     def _pend_backoff(self, job: Job) -> None:
         self._pend(
@@ -1069,27 +1250,18 @@ class _Cycle:
     def _pend(self, job: Job, reason: str, code: str, nominated: tuple[str, ...] = ()) -> None:
         if job.key in self.deferred:
             reason += "; preemption search deferred to the next cycle (per-cycle budget used)"
-        self.pending[job.key] = (reason, code, nominated)
+        entry = self.pending[job.key] = (reason, code, nominated)
+        q = self.tried.get(job.queue)
+        if q is None:
+            q = self.tried[job.queue] = {}
+        q[job.key] = entry
         self.fail_reason = (reason, code)
 
     # ---- output ---------------------------------------------------------------------------------
 
     def _decisions(self) -> Decisions:
         ix = self.ix
-        by_queue: dict[str, list[Job]] = {}
-        if self.explain:
-            self._explain_queued()
-        else:
-            self.pending.clear()
-        for key in self.pending:
-            job = ix.jobs[key]
-            by_queue.setdefault(job.queue, []).append(job)
-        pending = []
-        for qn in sorted(by_queue):
-            jobs = sorted(by_queue[qn], key=lambda j: (not j.recovering, *order_key(j, self.ix.thresholds)))
-            for pos, job in enumerate(jobs, start=1):
-                reason, code, nominated = self.pending[job.key]
-                pending.append(Pending(job.key, reason, pos, code, nominated))
+        pending = self._explained() if self.explain else ()
         usage = {qn: self.book.used(qn) for qn in sorted(self.queues)}
         borrowed = {qn: self.book.borrowed(q) for qn, q in sorted(self.queues.items())}
         wake = min(self.starving_at, _next_running_event(ix, self.cfg, self.now))
@@ -1097,7 +1269,7 @@ class _Cycle:
             admit=tuple(self.admits),
             preempt=tuple(self.preempts),
             restart=tuple(self.restarts),
-            pending=tuple(pending),
+            pending=pending,
             abandon=tuple(self.abandons),
             queue_usage=usage,
             queue_borrowed=borrowed,
