@@ -75,10 +75,8 @@ from gpuq.sim.speed import SpeedModel
 
 NS = "replay"
 SIDES = ("gpuq", "kueue", "kube-scheduler")
-TARGET_SECONDS = 900.0
-TIMEOUT_FLOOR = (
-    900.0  # --timeout's least default  # --compress's default: the slice back to back in 15 minutes
-)
+TARGET_SECONDS = 900.0  # --compress's default: the slice back to back in 15 minutes
+TIMEOUT_FLOOR = 900.0  # --timeout's least default
 SIM_POLICIES = {"gpuq": "gpuq", "kueue": "kueue-tas"}
 IMAGE = "registry.k8s.io/pause:3.10"
 JOB_LABELS = {"gpuq": meta.LABEL_JOB_NAME, "kueue": "batch.kubernetes.io/job-name"}
@@ -426,6 +424,7 @@ def scan(
     ]
     lines.append("| --- | --- | --- | --- | --- |")
     ratios: list[tuple[float, float]] = []
+    config = load_config(None)
     for i in range(slices):
         start = lo + (hi - lo) * i / slices
         compress = args.compress or auto_compression(trace, start, args.jobs, args.gpus, args.max_duration)
@@ -438,7 +437,6 @@ def scan(
             max_duration=args.max_duration,
         )
         queues = derive_queues(sliced, args.gpus)
-        config = load_config(None)
         ours = compressed_rules(config, compress) if rules == "compressed" else config
         k = Scenario(sliced, nodes, queues, config, SIM_OPTIONS).run("kueue-tas")
         g = Scenario(sliced, nodes, queues, ours, SIM_OPTIONS).run("gpuq")
