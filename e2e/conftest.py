@@ -106,6 +106,19 @@ def _hack(script: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def _delete_leftover_kind(kind_sh: Path) -> None:
+    """Delete a gpuq-e2e cluster a killed session (or GPUQ_KIND_KEEP_ON_FAILURE) left behind.
+
+    pytest-kind reuses a cluster of the same name but reads its kubeconfig from this checkout,
+    which a fresh checkout does not have; and a reused cluster carries the last session's objects.
+    """
+    out = subprocess.run([str(kind_sh), "get", "clusters"], check=True, capture_output=True, text=True)
+    if KIND_CLUSTER in out.stdout.split():
+        print(f"\ndeleting kind cluster {KIND_CLUSTER} left by an earlier session", file=sys.__stderr__)
+        delete = [str(kind_sh), "delete", "cluster", "--name", KIND_CLUSTER]
+        subprocess.run(delete, check=True, capture_output=True)
+
+
 @contextlib.contextmanager
 def _kind(session: pytest.Session) -> Iterator[E2ECluster]:
     try:
@@ -118,6 +131,7 @@ def _kind(session: pytest.Session) -> Iterator[E2ECluster]:
     node_image = os.environ.get("GPUQ_KIND_NODE_IMAGE") or _hack("kind/node-image.sh")
     images = Path(os.environ.get("GPUQ_KIND_IMAGES") or _hack("kind/images.sh"))
     kind = KindCluster(KIND_CLUSTER, image=node_image, kind_path=kind_sh)
+    _delete_leftover_kind(kind_sh)
     kind.create(config_file=KIND_CONFIG)
     failed = True
     try:
