@@ -72,6 +72,7 @@ from gpuq.sim.queues import derive_queues
 from gpuq.sim.readers import read_trace
 from gpuq.sim.scenario import Scenario
 from gpuq.sim.speed import SpeedModel
+from gpuq.sim.trace import TraceError
 
 NS = "replay"
 SIDES = ("gpuq", "kueue", "kube-scheduler")
@@ -597,7 +598,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # a cluster the shape flags cannot make
         ap.error(str(exc))
     nodes = build_nodes(sim_shape, config)
-    trace, report = read_trace(args.trace, args.format, True, None)
+    try:
+        trace, report = read_trace(args.trace, args.format, True, None)
+    except TraceError as exc:  # e.g. a pod list without times: nothing to replay
+        ap.error(f"{exc} (`gpuq simulate` takes that flag; a replay needs the trace's own times)")
     if args.scan:
         print("\n".join(scan(trace, args, nodes, args.scan, args.rules)))
         return 0
