@@ -337,3 +337,41 @@ def test_preemption_search_shortcuts_change_no_decision(shortcut: str, sc: Scena
     skipping = schedule(s, NOW, cfg)
     with patch.object(*NO_SHORTCUT[shortcut]):
         assert schedule(s, NOW, cfg) == skipping
+
+
+@PROPERTY
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_a_checkpoint_delta_leaves_the_index_as_a_fresh_one(sc: Scenario, rnd: random.Random) -> None:
+    """ClusterIndex.apply replaces a running job whose only change is its checkpoint without
+    re-deriving it (its nodes, usage, class and service entries are kept): the index must then hold
+    what one built from the new snapshot holds, and decide like it."""
+    s, cfg = sc
+    ix = ClusterIndex(s, cfg)
+    schedule(s, NOW, cfg, index=ix)
+    changed = [
+        replace(j, checkpoint=Checkpoint(NOW - rnd.choice((0.0, 50.0, 4000.0)), rnd.randint(1, 9), "/ck"))
+        for j in s.jobs
+        if j.running is not None and rnd.random() < 0.6
+    ]
+    by_key = {j.key: j for j in changed}
+    s2 = replace(s, jobs=tuple(by_key.get(j.key, j) for j in s.jobs))
+    reprices = ix.reprices
+    ix.apply(s2, jobs=changed)
+    fresh = ClusterIndex(s2, cfg)
+    assert ix.reprices - reprices == sum(1 for j in changed if j.checkpoint != _checkpoint_in(s, j.key))
+    assert ix.jobs == fresh.jobs
+    assert ix.job_nodes == fresh.job_nodes and ix.demand == fresh.demand
+    assert ix.usage == fresh.usage and ix.model_usage == fresh.model_usage
+    assert ix.evicting == fresh.evicting and ix.evicting_usage == fresh.evicting_usage
+    assert (ix.free_gpu, ix.free_cpu, ix.free_mem) == (fresh.free_gpu, fresh.free_cpu, fresh.free_mem)
+    assert [bytes(p.hist) for p in ix.pools()] == [bytes(p.hist) for p in fresh.pools()]
+    assert ix.running_by_queue == fresh.running_by_queue
+    assert {k: dict(v) for k, v in ix.running_priorities.items() if v} == {
+        k: dict(v) for k, v in fresh.running_priorities.items() if v
+    }
+    for later in (NOW, NOW + 7200.0):
+        assert schedule(s2, later, cfg, index=ix) == schedule(s2, later, cfg)
+
+
+def _checkpoint_in(s: Snapshot, key: str) -> Checkpoint | None:
+    return next(j.checkpoint for j in s.jobs if j.key == key)

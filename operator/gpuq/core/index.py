@@ -15,6 +15,7 @@ from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.constraints import (
@@ -53,8 +54,9 @@ def pending_class(job: Job, d: Demand) -> Hashable:
     return (job.priority, job.workers.replicas, d, constraints_key(c), c.mixed_models, job.topology)
 
 
-# Every field but the two a start changes (running, queued_since): what _started compares.
-_KEPT_BY_A_START = tuple(f.name for f in fields(Job) if f.name not in ("running", "queued_since"))
+# Every field but the two a start changes (running, queued_since): what _started compares (read
+# at once by an attrgetter: these comparisons run for every job a simulated cycle changes).
+_KEPT_BY_A_START = attrgetter(*(f.name for f in fields(Job) if f.name not in ("running", "queued_since")))
 
 
 def _started(old: Job, new: Job) -> bool:
@@ -66,12 +68,12 @@ def _started(old: Job, new: Job) -> bool:
         and new.running is not None
         and not new.recovering
         and not new.evicting
-        and all(getattr(old, name) == getattr(new, name) for name in _KEPT_BY_A_START)
+        and _KEPT_BY_A_START(old) == _KEPT_BY_A_START(new)
     )
 
 
 # Every field but the checkpoint: what _repriced compares.
-_KEPT_BY_A_CHECKPOINT = tuple(f.name for f in fields(Job) if f.name != "checkpoint")
+_KEPT_BY_A_CHECKPOINT = attrgetter(*(f.name for f in fields(Job) if f.name != "checkpoint"))
 
 
 def _queued(job: Job) -> bool:
@@ -85,7 +87,7 @@ def _repriced(old: Job, new: Job) -> bool:
     return (
         old.running is not None
         and old.checkpoint != new.checkpoint
-        and all(getattr(old, name) == getattr(new, name) for name in _KEPT_BY_A_CHECKPOINT)
+        and _KEPT_BY_A_CHECKPOINT(old) == _KEPT_BY_A_CHECKPOINT(new)
     )
 
 
@@ -524,12 +526,16 @@ class ClusterIndex:
                 self._remove_job(key)
         for job in jobs:
             old = self.jobs.get(job.key)
+            if old is not None and _repriced(old, job):
+                # Only its checkpoint changed: nothing derived from it does (its nodes, usage, class,
+                # service times and level entry are those of `old`), so only the job is replaced.
+                self.reprices += 1
+                self.jobs[job.key] = job
+                continue
             same = old is not None and _same_service(old, job)
             if old is not None:
                 if _started(old, job):
                     self.takes += 1
-                elif _repriced(old, job):
-                    self.reprices += 1
                 elif not (_queued(old) and _queued(job)):
                     self.changes += 1
                 self._remove_job(job.key, same)
