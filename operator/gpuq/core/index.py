@@ -226,6 +226,9 @@ class ClusterIndex:
         self.orphans: dict[str, tuple[str, ...]] = {}  # running job -> its node names not in the snapshot
         self.on_node: dict[int, set[str]] = {}
         self.running_by_queue: dict[str, set[str]] = {}
+        # queue -> node -> GPUs its running jobs (evicting ones too) hold there: what evicting every
+        # job of a queue could release at most (preemption.room_for_queues).
+        self.queue_node_gpus: dict[str, dict[int, int]] = {}
         self.running_priorities: dict[str, dict[int, int]] = {}  # queue -> priority -> running jobs
         self.pending: set[str] = set()
         self.recovering: set[str] = set()  # pending jobs waiting for re-placement after a failure
@@ -359,9 +362,12 @@ class ClusterIndex:
             self.min_runtime_running += 1
         prios = self.running_priorities.setdefault(job.queue, {})
         prios[job.priority] = prios.get(job.priority, 0) + 1
+        held = self.queue_node_gpus.setdefault(job.queue, {})
         for i, k in placed:
             self.on_node.setdefault(i, set()).add(key)
             self._use(i, d, k)
+            if d.gpus:
+                held[i] = held.get(i, 0) + k * d.gpus
         models = self._models_of(placed, d)
         self.job_models[key] = models
         if job.evicting:
@@ -418,9 +424,16 @@ class ClusterIndex:
         prios[job.priority] -= 1
         if not prios[job.priority]:
             del prios[job.priority]
+        held = self.queue_node_gpus[job.queue]
         for i, k in placed:
             self.on_node[i].discard(key)
             self._use(i, d, -k)
+            if d.gpus:
+                left = held[i] - k * d.gpus
+                if left:
+                    held[i] = left
+                else:
+                    del held[i]
         models = self.job_models.pop(key)
         if key in self.evicting:
             self.evicting.discard(key)

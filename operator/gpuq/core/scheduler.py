@@ -897,11 +897,17 @@ class _Cycle:
             return _Outcome.FAILED
         self.searches += 1
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
-        allowed = preemption.allowed_jobs(
-            self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected, self.service
-        )
         plan = None
-        if preemption.room_for(st, allowed, d, req.replicas, tiers[-1]):
+        # Even every job of the queues victims may come from would not leave room: no need to list
+        # the allowed ones (room_for would say no too).
+        queues = preemption.victim_queues(self.ix, book, job, q, quota_gpus)
+        if preemption.room_for_queues(st, queues, d, req.replicas, tiers[-1]):
+            allowed = preemption.allowed_jobs(
+                self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected, self.service
+            )
+        else:
+            allowed = []
+        if allowed and preemption.room_for(st, allowed, d, req.replicas, tiers[-1]):
             cands = preemption.victims(self.ix, allowed, self.now)
             plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
         if plan is None:
