@@ -30,7 +30,7 @@ from gpuq.core.constraints import (
 )
 from gpuq.core.decisions import Pending
 from gpuq.core.fit import Demand, Extra, extra_of, slots_on
-from gpuq.core.model import Job, Node, Snapshot, TaintEffect
+from gpuq.core.model import Job, Node, Queue, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
 from gpuq.core.service import LevelCache, level_of, service_times
 from gpuq.core.topology import DomainTree, scope_sizes
@@ -161,6 +161,9 @@ class ClusterIndex:
         self.reprices = 0  # running jobs that reported a checkpoint (only victims' costs change)
         self.min_runtime_running = 0  # running jobs with minRuntimeSeconds (time alone changes victims)
         self.cycle_memo: object | None = None  # what the last cycle left for the next (scheduler)
+        # (snapshot.queues, by name, by cohort) of the last cycle: the scheduler's, reused while the
+        # caller hands it the same tuple.
+        self.cycle_queues: tuple[tuple[Queue, ...], dict[str, Queue], dict[str, list[Queue]]] | None = None
         # What the last explaining cycle made of each queue: (what it was made of, its Pendings)
         # (scheduler: _Cycle._explained). Kept valid by queue_versions: bumped whenever a pending
         # job of the queue comes, changes or goes; backoffs: its queued jobs with a notBefore.
