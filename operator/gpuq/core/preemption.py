@@ -233,8 +233,11 @@ def room_for_queues(
     if demand.gpus <= 0:
         return True
     held = st.ix.queue_node_gpus
+    names = list(queues)
+    if len(names) == 1:  # most heads: their own queue's counts, read as they are
+        return _room(st, held.get(names[0], {}), demand.gpus, replicas, pools)
     released: dict[int, int] = {}
-    for qn in queues:
+    for qn in names:
         for n, gpus in held.get(qn, {}).items():
             released[n] = released.get(n, 0) + gpus
     return _room(st, released, demand.gpus, replicas, pools)
@@ -248,7 +251,10 @@ def _room(st: CycleState, released: Mapping[int, int], g: int, replicas: int, po
         slots = pool.slots(0, g, replicas)  # the whole cluster's (domain 0) free slots now
         for n, r in released.items():
             if member[n]:
-                slots += max(free[n] + r, 0) // g - max(free[n], 0) // g
+                now = free[n]
+                then = now + r
+                # max(then, 0) // g - max(now, 0) // g, without two calls per node
+                slots += (then // g if then > 0 else 0) - (now // g if now > 0 else 0)
         if slots >= replicas:
             return True
     return False

@@ -56,7 +56,7 @@ class CycleState:
             old = self.free_gpu[n]
             new = old - gpus
             self.free_gpu[n] = new
-            self.free_gpus_bound += max(new, 0) - max(old, 0)
+            self.free_gpus_bound += (new if new > 0 else 0) - (old if old > 0 else 0)
             for p in self.live_pools:
                 if p.member[n]:
                     p.move(n, old, new)
@@ -70,7 +70,7 @@ class CycleState:
                 cur[k] = cur.get(k, 0) - v
             self.free_extra[n] = cur
         self.version += 1
-        if gpus < 0 or cpu < 0 or mem < 0 or any(v < 0 for _, v in extra):
+        if gpus < 0 or cpu < 0 or mem < 0 or (extra and any(v < 0 for _, v in extra)):
             self.gives += 1
         if self.journal is not None:
             neg = tuple((k, -v) for k, v in extra)
