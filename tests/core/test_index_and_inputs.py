@@ -82,6 +82,23 @@ def test_duplicate_queue_is_a_clear_error() -> None:
         schedule(snap([node("a")], [queue(), queue()], []), NOW, SchedulerConfig())
 
 
+def test_a_kept_index_reads_queues_again_when_the_snapshot_brings_other_ones() -> None:
+    """The index keeps the last cycle's queues by name and cohort while it is handed the very same
+    tuple; equal-looking queues in a new tuple (a changed quota, a duplicate) are read again."""
+    cfg = SchedulerConfig()
+    waiting = job("ns/w", gpus=8, queue="a")
+    s1 = snap(cluster(), [queue("a", nominal=0, cohort="c"), queue("b", nominal=16, cohort="c")], [waiting])
+    ix = ClusterIndex(s1, cfg)
+    assert list(admitted(schedule(s1, NOW, cfg, index=ix))) == ["ns/w"]
+    s2 = replace(s1, queues=(queue("a", nominal=0, cohort="c"), queue("b", nominal=0, cohort="c")))
+    ix.apply(s2)
+    assert admitted(schedule(s2, NOW, cfg, index=ix)) == {} == admitted(schedule(s2, NOW, cfg))
+    s3 = replace(s2, queues=(*s2.queues, queue("b")))
+    ix.apply(s3)
+    with pytest.raises(SnapshotError, match="queue 'b' appears twice"):
+        schedule(s3, NOW, cfg, index=ix)
+
+
 def test_invalid_jobs_pend_with_reason_and_do_not_stop_others() -> None:
     bad_term = NodeSelectorTerm((NodeSelectorRequirement("k", "Gt", ("x",)),))
     jobs = [

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 from gpuq.core import ClusterIndex, SchedulerConfig, preemption, schedule
 from gpuq.core.decisions import Decisions, PendingCode
 from gpuq.core.model import Checkpoint, Job, Running, Snapshot
+from gpuq.core.quota import QuotaBook
+from gpuq.core.state import CycleState
 
 from .helpers import (
     check_gangs,
@@ -325,6 +327,8 @@ NO_SHORTCUT = {
     "room_for": (preemption, "room_for", lambda *_: True),
     # The domains left unverified once a plan is found that none of them could replace.
     "unbeatable": (preemption._Search, "_unbeatable", lambda *_: False),
+    # The allowed victims left unlisted when even every job of their queues leaves too few slots.
+    "room_for_queues": (preemption, "room_for_queues", lambda *_: True),
 }
 
 
@@ -337,3 +341,95 @@ def test_preemption_search_shortcuts_change_no_decision(shortcut: str, sc: Scena
     skipping = schedule(s, NOW, cfg)
     with patch.object(*NO_SHORTCUT[shortcut]):
         assert schedule(s, NOW, cfg) == skipping
+
+
+@PROPERTY
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_a_checkpoint_delta_leaves_the_index_as_a_fresh_one(sc: Scenario, rnd: random.Random) -> None:
+    """ClusterIndex.apply replaces a running job whose only change is its checkpoint without
+    re-deriving it (its nodes, usage, class and service entries are kept): the index must then hold
+    what one built from the new snapshot holds, and decide like it."""
+    s, cfg = sc
+    ix = ClusterIndex(s, cfg)
+    schedule(s, NOW, cfg, index=ix)
+    changed = [
+        replace(j, checkpoint=Checkpoint(NOW - rnd.choice((0.0, 50.0, 4000.0)), rnd.randint(1, 9), "/ck"))
+        for j in s.jobs
+        if j.running is not None and rnd.random() < 0.6
+    ]
+    by_key = {j.key: j for j in changed}
+    s2 = replace(s, jobs=tuple(by_key.get(j.key, j) for j in s.jobs))
+    reprices = ix.reprices
+    ix.apply(s2, jobs=changed)
+    fresh = ClusterIndex(s2, cfg)
+    assert ix.reprices - reprices == sum(1 for j in changed if j.checkpoint != _checkpoint_in(s, j.key))
+    assert ix.jobs == fresh.jobs
+    assert ix.job_nodes == fresh.job_nodes and ix.demand == fresh.demand
+    assert ix.usage == fresh.usage and ix.model_usage == fresh.model_usage
+    assert ix.evicting == fresh.evicting and ix.evicting_usage == fresh.evicting_usage
+    assert (ix.free_gpu, ix.free_cpu, ix.free_mem) == (fresh.free_gpu, fresh.free_cpu, fresh.free_mem)
+    assert [bytes(p.hist) for p in ix.pools()] == [bytes(p.hist) for p in fresh.pools()]
+    assert ix.running_by_queue == fresh.running_by_queue
+    assert _held(ix) == _held(fresh)
+    assert {k: dict(v) for k, v in ix.running_priorities.items() if v} == {
+        k: dict(v) for k, v in fresh.running_priorities.items() if v
+    }
+    for later in (NOW, NOW + 7200.0):
+        assert schedule(s2, later, cfg, index=ix) == schedule(s2, later, cfg)
+
+
+def _checkpoint_in(s: Snapshot, key: str) -> Checkpoint | None:
+    return next(j.checkpoint for j in s.jobs if j.key == key)
+
+
+def _held(ix: ClusterIndex) -> dict[str, dict[int, int]]:
+    return {q: dict(nodes) for q, nodes in ix.queue_node_gpus.items() if nodes}
+
+
+@PROPERTY
+@given(scenarios(), scenarios(), st.randoms(use_true_random=False))
+def test_kept_per_queue_gpus_on_nodes_equal_a_fresh_count(
+    a: Scenario, b: Scenario, rnd: random.Random
+) -> None:
+    """ClusterIndex.queue_node_gpus (what room_for_queues counts) after deltas: equal to a count of
+    the snapshot's running jobs, as a fresh index makes it; and room_for_queues is never False where
+    room_for, over the allowed victims of any head, is True."""
+    s1, cfg = a
+    s2, _ = b
+    ix = ClusterIndex(s1, cfg)
+    names = [n.name for n in s1.nodes]
+    moved = [
+        replace(
+            j, key=j.key + "-b", running=Running(tuple(rnd.choice(names) for _ in j.running.placement), 0.0)
+        )
+        if j.running is not None
+        else replace(j, key=j.key + "-b")
+        for j in s2.jobs
+    ]
+    kept = [j for j in s1.jobs if rnd.random() < 0.5]
+    s3 = Snapshot(s1.topology, s1.nodes, s2.queues, tuple(kept + moved))
+    ix.apply(s3, jobs=moved, removed_jobs=[j.key for j in s1.jobs if j not in kept])
+    counted: dict[str, dict[int, int]] = {}
+    for j in s3.jobs:
+        if j.running is not None and j.workers.gpus_per_worker:
+            for name in j.running.placement:
+                if name in ix.node_idx:
+                    per = counted.setdefault(j.queue, {})
+                    i = ix.node_idx[name]
+                    per[i] = per.get(i, 0) + j.workers.gpus_per_worker
+    assert _held(ix) == counted == _held(ClusterIndex(s3, cfg))
+    state = CycleState(ix)
+    queues = {q.name: q for q in s3.queues}
+    book = QuotaBook(state, queues, ix.usage, ix.model_usage)
+    for j in s3.jobs:
+        q = queues.get(j.queue)
+        if j.running is not None or q is None:
+            continue
+        d = ix.demand[j.key]
+        pools = state.pool_tiers(j, j.workers.replicas, None)[-1]
+        for quota_gpus in (0, j.workers.total_gpus):
+            allowed = preemption.allowed_jobs(ix, book, j, q, quota_gpus, NOW, set())
+            if preemption.room_for(state, allowed, d, j.workers.replicas, pools):
+                by = preemption.victim_queues(ix, book, j, q, quota_gpus)
+                assert {v.queue for v, _ in allowed} <= set(by)
+                assert preemption.room_for_queues(state, by, d, j.workers.replicas, pools)

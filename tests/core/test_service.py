@@ -3,6 +3,7 @@ queue and priority, and running jobs at a higher level are victims of their own 
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from hypothesis import given, settings
@@ -110,10 +111,11 @@ def _outranked_fresh_and_kept(
     cache: LevelCache, rule: ServiceOrdering, now: float, running: list[Job]
 ) -> None:
     """The kept tables answer like a scan of the running jobs at `now` (for a job sparing none and one
-    sparing multi-node gangs)."""
+    sparing multi-node gangs, at each level: outranks_any's answers are kept by the cache until a
+    queue's table changes)."""
     kept, scan = ServiceView(rule, now, cache), ServiceView(rule, now)
-    for need in (1, 10**6):
-        asking = job("ns/asking", gpus=need)
+    for need, served in itertools.product((1, 10**6), (0.0, 1800.0, 7200.0)):
+        asking = job("ns/asking", gpus=need, attained_gpu_seconds=served)
         for q in ("a", "b"):
             mine = [j for j in running if j.queue == q]
             assert kept.outranked(q, mine, asking) == scan.outranked(q, mine, asking), (q, now, need)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,16 @@ import pytest
 
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import Admit, Decisions
-from gpuq.core.model import Queue, Snapshot
+from gpuq.core.model import Checkpoint, Constraints, Job, Queue, Running, Snapshot, WorkerSpec
 from gpuq.sim.cluster import ClusterShape, build_nodes
-from gpuq.sim.engine import SimOptions, Simulation, SimulationError, offered_load, rescale_arrivals
+from gpuq.sim.engine import (
+    SimOptions,
+    Simulation,
+    SimulationError,
+    _with_checkpoint,
+    offered_load,
+    rescale_arrivals,
+)
 from gpuq.sim.kueue import REQUEUE_BATCH_SECONDS
 from gpuq.sim.policy import POLICIES, Delta, Policy, make_policy
 from gpuq.sim.queues import derive_queues
@@ -405,3 +413,25 @@ def test_a_preemption_that_buys_nothing_is_called_off_while_the_victim_saves() -
     assert [(now, a.victim) for now, _, d in spy.calls for a in d.abandon] == [(3020.0, "low")]
     assert r["preemptions"] == 0 and r["lost_gpu_hours"] == 0.0
     assert r["makespan"] == pytest.approx(10_000)  # no restart: it ran through
+
+
+def test_a_periodic_checkpoint_replaces_only_the_checkpoint() -> None:
+    """The engine's fast copy of a running job with its new checkpoint equals dataclasses.replace."""
+    job = Job(
+        "ns/j",
+        "q",
+        3,
+        10.0,
+        WorkerSpec(2, 4, 100, 200),
+        checkpoint=Checkpoint(20.0, 1, "sim://ns/j"),
+        running=Running(("n0", "n1"), 15.0),
+        restart_count=1,
+        constraints=Constraints(gpu_models=("a",)),
+        avoid_nodes=frozenset({"n9"}),
+        previous_placement=("n5",),
+        not_before=12.0,
+        attained_gpu_seconds=99.0,
+        queued_since=14.0,
+    )
+    new = Checkpoint(1800.0, 7, "sim://ns/j")
+    assert _with_checkpoint(job, new) == replace(job, checkpoint=new)

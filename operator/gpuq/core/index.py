@@ -15,6 +15,7 @@ from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, fields
+from operator import attrgetter
 
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.constraints import (
@@ -29,7 +30,7 @@ from gpuq.core.constraints import (
 )
 from gpuq.core.decisions import Pending
 from gpuq.core.fit import Demand, Extra, extra_of, slots_on
-from gpuq.core.model import Job, Node, Snapshot, TaintEffect
+from gpuq.core.model import Job, Node, Queue, Snapshot, TaintEffect
 from gpuq.core.pools import Pool
 from gpuq.core.service import LevelCache, level_of, service_times
 from gpuq.core.topology import DomainTree, scope_sizes
@@ -53,8 +54,9 @@ def pending_class(job: Job, d: Demand) -> Hashable:
     return (job.priority, job.workers.replicas, d, constraints_key(c), c.mixed_models, job.topology)
 
 
-# Every field but the two a start changes (running, queued_since): what _started compares.
-_KEPT_BY_A_START = tuple(f.name for f in fields(Job) if f.name not in ("running", "queued_since"))
+# Every field but the two a start changes (running, queued_since): what _started compares (read
+# at once by an attrgetter: these comparisons run for every job a simulated cycle changes).
+_KEPT_BY_A_START = attrgetter(*(f.name for f in fields(Job) if f.name not in ("running", "queued_since")))
 
 
 def _started(old: Job, new: Job) -> bool:
@@ -66,12 +68,12 @@ def _started(old: Job, new: Job) -> bool:
         and new.running is not None
         and not new.recovering
         and not new.evicting
-        and all(getattr(old, name) == getattr(new, name) for name in _KEPT_BY_A_START)
+        and _KEPT_BY_A_START(old) == _KEPT_BY_A_START(new)
     )
 
 
 # Every field but the checkpoint: what _repriced compares.
-_KEPT_BY_A_CHECKPOINT = tuple(f.name for f in fields(Job) if f.name != "checkpoint")
+_KEPT_BY_A_CHECKPOINT = attrgetter(*(f.name for f in fields(Job) if f.name != "checkpoint"))
 
 
 def _queued(job: Job) -> bool:
@@ -85,7 +87,7 @@ def _repriced(old: Job, new: Job) -> bool:
     return (
         old.running is not None
         and old.checkpoint != new.checkpoint
-        and all(getattr(old, name) == getattr(new, name) for name in _KEPT_BY_A_CHECKPOINT)
+        and _KEPT_BY_A_CHECKPOINT(old) == _KEPT_BY_A_CHECKPOINT(new)
     )
 
 
@@ -159,6 +161,9 @@ class ClusterIndex:
         self.reprices = 0  # running jobs that reported a checkpoint (only victims' costs change)
         self.min_runtime_running = 0  # running jobs with minRuntimeSeconds (time alone changes victims)
         self.cycle_memo: object | None = None  # what the last cycle left for the next (scheduler)
+        # (snapshot.queues, by name, by cohort) of the last cycle: the scheduler's, reused while the
+        # caller hands it the same tuple.
+        self.cycle_queues: tuple[tuple[Queue, ...], dict[str, Queue], dict[str, list[Queue]]] | None = None
         # What the last explaining cycle made of each queue: (what it was made of, its Pendings)
         # (scheduler: _Cycle._explained). Kept valid by queue_versions: bumped whenever a pending
         # job of the queue comes, changes or goes; backoffs: its queued jobs with a notBefore.
@@ -224,6 +229,9 @@ class ClusterIndex:
         self.orphans: dict[str, tuple[str, ...]] = {}  # running job -> its node names not in the snapshot
         self.on_node: dict[int, set[str]] = {}
         self.running_by_queue: dict[str, set[str]] = {}
+        # queue -> node -> GPUs its running jobs (evicting ones too) hold there: what evicting every
+        # job of a queue could release at most (preemption.room_for_queues).
+        self.queue_node_gpus: dict[str, dict[int, int]] = {}
         self.running_priorities: dict[str, dict[int, int]] = {}  # queue -> priority -> running jobs
         self.pending: set[str] = set()
         self.recovering: set[str] = set()  # pending jobs waiting for re-placement after a failure
@@ -357,9 +365,12 @@ class ClusterIndex:
             self.min_runtime_running += 1
         prios = self.running_priorities.setdefault(job.queue, {})
         prios[job.priority] = prios.get(job.priority, 0) + 1
+        held = self.queue_node_gpus.setdefault(job.queue, {})
         for i, k in placed:
             self.on_node.setdefault(i, set()).add(key)
             self._use(i, d, k)
+            if d.gpus:
+                held[i] = held.get(i, 0) + k * d.gpus
         models = self._models_of(placed, d)
         self.job_models[key] = models
         if job.evicting:
@@ -416,9 +427,16 @@ class ClusterIndex:
         prios[job.priority] -= 1
         if not prios[job.priority]:
             del prios[job.priority]
+        held = self.queue_node_gpus[job.queue]
         for i, k in placed:
             self.on_node[i].discard(key)
             self._use(i, d, -k)
+            if d.gpus:
+                left = held[i] - k * d.gpus
+                if left:
+                    held[i] = left
+                else:
+                    del held[i]
         models = self.job_models.pop(key)
         if key in self.evicting:
             self.evicting.discard(key)
@@ -524,12 +542,16 @@ class ClusterIndex:
                 self._remove_job(key)
         for job in jobs:
             old = self.jobs.get(job.key)
+            if old is not None and _repriced(old, job):
+                # Only its checkpoint changed: nothing derived from it does (its nodes, usage, class,
+                # service times and level entry are those of `old`), so only the job is replaced.
+                self.reprices += 1
+                self.jobs[job.key] = job
+                continue
             same = old is not None and _same_service(old, job)
             if old is not None:
                 if _started(old, job):
                     self.takes += 1
-                elif _repriced(old, job):
-                    self.reprices += 1
                 elif not (_queued(old) and _queued(job)):
                     self.changes += 1
                 self._remove_job(job.key, same)

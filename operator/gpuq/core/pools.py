@@ -74,10 +74,12 @@ class Pool:
 
     def move(self, n: int, old: int, new: int) -> None:
         """Node n's free GPUs changed from old to new (caller checked membership)."""
-        vo, vn = self._clamp(old), self._clamp(new)
+        w = self.width  # _clamp, inline: this runs for every resource change of a cycle
+        vo = 0 if old < 0 else (old if old < w else w - 1)
+        vn = 0 if new < 0 else (new if new < w else w - 1)
         if vo == vn:
             return
-        w, h, fs = self.width, self.hist, self.free_sum
+        h, fs = self.hist, self.free_sum
         for a in self.tree.ancestors[n]:
             base = a * w
             h[base + vo] -= 1

@@ -195,20 +195,66 @@ def room_for(
     pools. A search places whole workers on GPUs the victims it picks (a subset) release, so when
     even all of them leave fewer than `replicas` slots, no search can succeed: an exact necessary
     condition, O(victims + pool nodes), that spares most failing searches their whole cost."""
-    g = demand.gpus
-    if g <= 0:
+    if demand.gpus <= 0:
         return True
-    ix, free = st.ix, st.free_gpu
+    ix = st.ix
     released: dict[int, int] = {}
     for v, _ in allowed:
         for n, k in ix.job_nodes[v.key]:
             released[n] = released.get(n, 0) + k * ix.demand[v.key].gpus
+    return _room(st, released, demand.gpus, replicas, pools)
+
+
+def victim_queues(ix: ClusterIndex, book: QuotaBook, job: Job, q: Queue, quota_gpus: int) -> list[str]:
+    """The queues whose running jobs allowed_jobs may return for `job` (a superset: it looks at no
+    priority, level, minimum run or budget)."""
+    out = [q.name] if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY else []
+    if (
+        q.cohort is not None
+        and q.preemption.reclaim_within_cohort is not ReclaimPreemption.NEVER
+        and book.used(q.name) + quota_gpus <= q.nominal_gpus
+    ):
+        for peer in book.cohorts[q.cohort]:
+            if peer.name != q.name and (
+                book.used(peer.name) > peer.nominal_gpus
+                or reclaimed_by_eviction(book, peer, ix.evicting_usage)
+            ):
+                out.append(peer.name)
+    return out
+
+
+def room_for_queues(
+    st: CycleState, queues: Iterable[str], demand: Demand, replicas: int, pools: Sequence[Pool]
+) -> bool:
+    """room_for with every running job of `queues` as a victim: GPUs released only grow with the set
+    of victims, and so do the slots, so when this is False room_for is False for any victims drawn
+    from those queues. O(nodes the queues run on), from the index's per-queue GPU counts: it spares
+    a head that cannot find room even the list of its allowed victims."""
+    if demand.gpus <= 0:
+        return True
+    held = st.ix.queue_node_gpus
+    names = list(queues)
+    if len(names) == 1:  # most heads: their own queue's counts, read as they are
+        return _room(st, held.get(names[0], {}), demand.gpus, replicas, pools)
+    released: dict[int, int] = {}
+    for qn in names:
+        for n, gpus in held.get(qn, {}).items():
+            released[n] = released.get(n, 0) + gpus
+    return _room(st, released, demand.gpus, replicas, pools)
+
+
+def _room(st: CycleState, released: Mapping[int, int], g: int, replicas: int, pools: Sequence[Pool]) -> bool:
+    """Whether some pool would hold `replicas` workers of g GPUs with `released` GPUs freed per node."""
+    free = st.free_gpu
     for pool in pools:
         member = pool.member
         slots = pool.slots(0, g, replicas)  # the whole cluster's (domain 0) free slots now
         for n, r in released.items():
             if member[n]:
-                slots += max(free[n] + r, 0) // g - max(free[n], 0) // g
+                now = free[n]
+                then = now + r
+                # max(then, 0) // g - max(now, 0) // g, without two calls per node
+                slots += (then // g if then > 0 else 0) - (now // g if now > 0 else 0)
         if slots >= replicas:
             return True
     return False

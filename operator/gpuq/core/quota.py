@@ -16,7 +16,7 @@ Semantics (docs/scheduling.md, "Quota"):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuq.core.decisions import PendingCode
@@ -107,6 +107,16 @@ def model_quota_reason(
     return f"queue {q.name} uses {parts}; {who} {need}"
 
 
+def cohorts_of(queues: Mapping[str, Queue]) -> dict[str, list[Queue]]:
+    """Each cohort's queues, by queue name."""
+    out: dict[str, list[Queue]] = {}
+    for q in sorted(queues):
+        c = queues[q].cohort
+        if c is not None:
+            out.setdefault(c, []).append(queues[q])
+    return out
+
+
 class QuotaBook:
     def __init__(
         self,
@@ -114,16 +124,14 @@ class QuotaBook:
         queues: Mapping[str, Queue],
         usage: Mapping[str, int],
         model_usage: Mapping[str, Mapping[str, int]],
+        cohorts: Mapping[str, Sequence[Queue]] | None = None,
     ) -> None:
+        """`cohorts`: cohorts_of(queues), when the caller keeps it (read only)."""
         self.st = st
         self.queues = queues
         self.usage: dict[str, int] = dict(usage)
         self.model_usage: dict[str, dict[str, int]] = {q: dict(m) for q, m in model_usage.items()}
-        self.cohorts: dict[str, list[Queue]] = {}
-        for q in sorted(queues):
-            c = queues[q].cohort
-            if c is not None:
-                self.cohorts.setdefault(c, []).append(queues[q])
+        self.cohorts: Mapping[str, Sequence[Queue]] = cohorts_of(queues) if cohorts is None else cohorts
         # Per cohort: GPUs its queues lend and borrow in total, kept current by add() so a quota check
         # is O(1) however many queues share the cohort.
         self.cohort_lent: dict[str, int] = {}

@@ -38,7 +38,7 @@ from gpuq.core.index import ClusterIndex, OrderKey, SnapshotError, order_key
 from gpuq.core.model import Job, Queue, QueueingStrategy, Snapshot, TopologyMode
 from gpuq.core.placement import Placement, Request, place
 from gpuq.core.pools import Pool
-from gpuq.core.quota import QuotaBook, model_quota_reason
+from gpuq.core.quota import QuotaBook, cohorts_of, model_quota_reason
 from gpuq.core.reasons import capacity_reason, placement_reason, unschedulable_reason
 from gpuq.core.service import ServiceView, attained
 from gpuq.core.state import CycleState
@@ -231,14 +231,20 @@ class _Cycle:
         self.now = now
         self.cfg = config
         self.explain = explain
-        queues: dict[str, Queue] = {}
-        for q in snapshot.queues:
-            if q.name in queues:
-                raise SnapshotError(f"queue {q.name!r} appears twice in the snapshot")
-            queues[q.name] = q
-        self.queues = queues
+        kept = ix.cycle_queues
+        if kept is not None and kept[0] is snapshot.queues:  # the caller's very tuple: nothing to check
+            queues, cohorts = kept[1], kept[2]
+        else:
+            queues = {}
+            for q in snapshot.queues:
+                if q.name in queues:
+                    raise SnapshotError(f"queue {q.name!r} appears twice in the snapshot")
+                queues[q.name] = q
+            cohorts = cohorts_of(queues)
+            ix.cycle_queues = (snapshot.queues, queues, cohorts)
+        self.queues = queues  # read only: kept by the index for the next cycle with the same queues
         self.st = CycleState(ix)
-        self.book = QuotaBook(self.st, queues, ix.usage, ix.model_usage)
+        self.book = QuotaBook(self.st, queues, ix.usage, ix.model_usage, cohorts)
         self.weights = level_weights(snapshot.topology, config.weights)
         self.admits: list[Admit] = []
         self.preempts: list[Preempt] = []
@@ -897,11 +903,17 @@ class _Cycle:
             return _Outcome.FAILED
         self.searches += 1
         protected = frozenset(name for name, left in self.budgets.items() if left <= 0)
-        allowed = preemption.allowed_jobs(
-            self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected, self.service
-        )
         plan = None
-        if preemption.room_for(st, allowed, d, req.replicas, tiers[-1]):
+        # Even every job of the queues victims may come from would not leave room: no need to list
+        # the allowed ones (room_for would say no too).
+        queues = preemption.victim_queues(self.ix, book, job, q, quota_gpus)
+        if preemption.room_for_queues(st, queues, d, req.replicas, tiers[-1]):
+            allowed = preemption.allowed_jobs(
+                self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected, self.service
+            )
+        else:
+            allowed = []
+        if allowed and preemption.room_for(st, allowed, d, req.replicas, tiers[-1]):
             cands = preemption.victims(self.ix, allowed, self.now)
             plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
         if plan is None:

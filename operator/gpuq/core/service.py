@@ -85,6 +85,13 @@ class LevelCache:
         self.now = float("-inf")
         self.tables: dict[str, Levels] = {}
         self._due: list[tuple[float, str, float]] = []  # heap of (time, job, its attempt's start)
+        # Bumped whenever a queue's table may have changed: what outranks_any's answers are kept by.
+        self.versions: dict[str, int] = {}
+        # (queue, level, GPUs the job needs or 0) -> (the table's version, outranks_any's answer)
+        self.answers: dict[tuple[str, int, int], tuple[int, bool]] = {}
+
+    def _touch(self, queue: str) -> None:
+        self.versions[queue] = self.versions.get(queue, 0) + 1
 
     def add(self, job: Job) -> None:
         run = job.running
@@ -93,18 +100,20 @@ class LevelCache:
         entry = _entry(job, self.rule, self.now)
         if entry is not None:
             self.tables.setdefault(job.queue, {})[job.key] = entry
+            self._touch(job.queue)
         for t in service_times(job, self.rule):
             if t > self.now - EPS:
                 heapq.heappush(self._due, (t, job.key, run.started_at))
 
     def remove(self, job: Job) -> None:
         table = self.tables.get(job.queue)
-        if table is not None:
-            table.pop(job.key, None)
+        if table is not None and table.pop(job.key, None) is not None:
+            self._touch(job.queue)
 
     def advance(self, now: float) -> None:
         if now < self.now:  # time went back: every entry from scratch
             self.now, self._due, self.tables = float("-inf"), [], {}
+            self.answers.clear()
             for job in self.jobs.values():
                 self.add(job)
         self.now = now
@@ -120,6 +129,7 @@ class LevelCache:
                 table.pop(key, None)
             else:
                 table[key] = entry
+            self._touch(found.queue)
             if t > now - EPS:
                 again.append((t, key, started))
         for item in again:
@@ -173,7 +183,19 @@ class ServiceView:
             return False
         mine = self.level(job)
         need = job.workers.total_gpus
-        return any(
+        cache = self.cache
+        if cache is not None:  # kept across cycles until the queue's table changes
+            key = (queue, mine, need if self.spare_larger else 0)
+            version = cache.versions.get(queue, 0)
+            kept = cache.answers.get(key)
+            if kept is not None and kept[0] == version:
+                return kept[1]
+        answer = any(
             lv > mine and not (self.spare_larger and multi and gpus > need)
             for lv, gpus, multi in self._queue_levels(queue, running).values()
         )
+        if cache is not None:
+            if len(cache.answers) > 4096:
+                cache.answers.clear()
+            cache.answers[key] = (version, answer)
+        return answer

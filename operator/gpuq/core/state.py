@@ -16,6 +16,7 @@ from gpuq.core.model import Constraints, Job
 from gpuq.core.pools import Pool
 
 NO_CONSTRAINTS = Constraints()
+MIXED_ONLY = Constraints(mixed_models=True)
 MAX_PREFERENCE_TIERS = 3  # distinct preference scores tried before "any eligible node"
 
 Undo = Callable[[], None]
@@ -32,7 +33,10 @@ class CycleState:
         self.free_gpus_bound = sum(f for f in self.free_gpu if f > 0)
         self.free_extra = dict(ix.free_extra)  # sparse; inner dicts are replaced on write, never mutated
         self.open_all = ix.open_all.copy()
-        self.open_by_model = {m: p.copy() for m, p in ix.open_by_model.items()}
+        # One pool per GPU model, read only by a gang that may not mix models (pool_tiers' `split`),
+        # which needs more than one model: with one, no copy is kept current (every change moves each
+        # live pool).
+        self.open_by_model = {m: p.copy() for m, p in ix.open_by_model.items()} if len(ix.models) > 1 else {}
         self.live_pools: list[Pool] = [self.open_all, *self.open_by_model.values()]
         self.dyn_pools: dict[Hashable, Pool] = {}
         self.journal: list[Undo] | None = None
@@ -52,7 +56,7 @@ class CycleState:
             old = self.free_gpu[n]
             new = old - gpus
             self.free_gpu[n] = new
-            self.free_gpus_bound += max(new, 0) - max(old, 0)
+            self.free_gpus_bound += (new if new > 0 else 0) - (old if old > 0 else 0)
             for p in self.live_pools:
                 if p.member[n]:
                     p.move(n, old, new)
@@ -66,7 +70,7 @@ class CycleState:
                 cur[k] = cur.get(k, 0) - v
             self.free_extra[n] = cur
         self.version += 1
-        if gpus < 0 or cpu < 0 or mem < 0 or any(v < 0 for _, v in extra):
+        if gpus < 0 or cpu < 0 or mem < 0 or (extra and any(v < 0 for _, v in extra)):
             self.gives += 1
         if self.journal is not None:
             neg = tuple((k, -v) for k, v in extra)
@@ -142,7 +146,7 @@ class CycleState:
         split = replicas > 1 and not job.constraints.mixed_models and len(ix.models) > 1
         models = [m for m in ix.models if allowed_models is None or m in allowed_models]
         tiers: list[list[Pool]] = []
-        plain = job.constraints == NO_CONSTRAINTS or job.constraints == Constraints(mixed_models=True)
+        plain = job.constraints == NO_CONSTRAINTS or job.constraints == MIXED_ONLY
         if plain:
             if split:
                 tiers.append([self.open_by_model[m] for m in models])

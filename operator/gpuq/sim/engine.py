@@ -16,8 +16,9 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import IntEnum
+from operator import attrgetter
 from typing import Any
 
 from gpuq.core.config import SchedulerConfig
@@ -42,6 +43,18 @@ from gpuq.sim.trace import TraceJob
 log = get_logger("gpuq.sim")
 # A cycle that evicted something is re-run at the same instant, at most this often.
 MAX_ROUNDS_PER_INSTANT = 4
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+_JOB_VALUES = attrgetter(*_JOB_FIELDS)
+_CHECKPOINT_AT = _JOB_FIELDS.index("checkpoint")
+
+
+def _with_checkpoint(job: Job, checkpoint: Checkpoint) -> Job:
+    """`replace(job, checkpoint=checkpoint)`, without its per-call field walk (it runs for every
+    periodic checkpoint of every running job)."""
+    values = list(_JOB_VALUES(job))
+    values[_CHECKPOINT_AT] = checkpoint
+    return Job(*values)
 
 
 class SimulationError(RuntimeError):
@@ -575,7 +588,7 @@ class Simulation:
             saved = max(self._checkpointed_wall(max(0.0, now - job.progress_start)), t - job.progress_start)
             step = int(job.work_done + saved / job.slowdown)
             job.checkpoint = Checkpoint(job.progress_start + saved, step, f"sim://{key}")
-            self.active[key] = self.delta.jobs[key] = replace(self.active[key], checkpoint=job.checkpoint)
+            self.active[key] = self.delta.jobs[key] = _with_checkpoint(self.active[key], job.checkpoint)
             heapq.heappush(due, (max(job.progress_start + saved, t) + interval, epoch, key))
 
     def _finish(self, job: SimJob, now: float) -> None:
