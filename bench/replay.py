@@ -412,8 +412,21 @@ def latency_share(f: dict[str, Any], jobs: Sequence[ReplayJob]) -> str:
     return f"{fast:.2f} s = {100 * fast / median:.1f}% of the median duration {median:.1f} s"
 
 
+def simulate(
+    sliced: Sequence[Any],
+    nodes: Sequence[Any],
+    queues: Sequence[Queue],
+    config: Any,
+    policy: str,
+    start_latency: float = 0.0,
+) -> dict[str, Any]:
+    """The slice through the simulator with the replay's costs, every start `start_latency` late."""
+    options = replace(SIM_OPTIONS, start_latency_seconds=start_latency) if start_latency else SIM_OPTIONS
+    return Scenario(sliced, nodes, queues, config, options).run(policy)
+
+
 def scan(
-    trace: Sequence[Any], args: argparse.Namespace, nodes: Sequence[Any], slices: int, rules: str
+    trace: Sequence[Any], args: argparse.Namespace, nodes: Sequence[Any], config: Any, slices: int, rules: str
 ) -> list[str]:
     """gpuq against kueue-tas in the simulator alone, on `slices` slices spread evenly over the trace
     (each `--jobs` long, compressed like a replay of it, with the replay's costs): where a replay
@@ -425,7 +438,6 @@ def scan(
     ]
     lines.append("| --- | --- | --- | --- | --- |")
     ratios: list[tuple[float, float]] = []
-    config = load_config(None)
     for i in range(slices):
         start = lo + (hi - lo) * i / slices
         compress = args.compress or auto_compression(trace, start, args.jobs, args.gpus, args.max_duration)
@@ -439,8 +451,8 @@ def scan(
         )
         queues = derive_queues(sliced, args.gpus)
         ours = compressed_rules(config, compress) if rules == "compressed" else config
-        k = Scenario(sliced, nodes, queues, config, SIM_OPTIONS).run("kueue-tas")
-        g = Scenario(sliced, nodes, queues, ours, SIM_OPTIONS).run("gpuq")
+        k = simulate(sliced, nodes, queues, config, "kueue-tas")
+        g = simulate(sliced, nodes, queues, ours, "gpuq")
         jct = g["jct"]["avg"] / k["jct"]["avg"]
         waited = k["queueing_delay"]["avg"]
         queueing = g["queueing_delay"]["avg"] / waited if waited > 0 else math.nan
@@ -482,9 +494,8 @@ def robustness(
     for policy, base in simulated.items():
         waits[policy] = [base["queueing_delay"]["avg"]]
         for nudge in NUDGES:
-            options = replace(SIM_OPTIONS, start_latency_seconds=nudge)
             # Less the nudge itself, which every job's wait includes once.
-            nudged = Scenario(sliced, nodes, queues, config, options).run(policy)["queueing_delay"]["avg"]
+            nudged = simulate(sliced, nodes, queues, config, policy, nudge)["queueing_delay"]["avg"]
             waits[policy].append(nudged - nudge)
         w = waits[policy]
         robust = max(w) - min(w) <= max(0.1 * min(w), 0.05)  # 10%, or below the replay's resolution
@@ -603,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     except TraceError as exc:  # e.g. a pod list without times: nothing to replay
         ap.error(f"{exc} (`gpuq simulate` takes that flag; a replay needs the trace's own times)")
     if args.scan:
-        print("\n".join(scan(trace, args, nodes, args.scan, args.rules)))
+        print("\n".join(scan(trace, args, nodes, config, args.scan, args.rules)))
         return 0
     compress = args.compress or auto_compression(trace, args.start, args.jobs, args.gpus, args.max_duration)
     try:
@@ -638,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     simulated = {}
     for policy in SIM_POLICIES.values():
         t = time.monotonic()
-        simulated[policy] = Scenario(sliced, nodes, queues, config, SIM_OPTIONS).run(policy)
+        simulated[policy] = simulate(sliced, nodes, queues, config, policy)
         print(f"simulated {policy} in {time.monotonic() - t:.1f} s", flush=True)
     # A side cut off by the clock reports jobs unfinished that were only slow: give each side twice
     # what the slower simulated policy needs after the last submit.
@@ -660,9 +671,7 @@ def main(argv: list[str] | None = None) -> int:
             # The simulator starts a gang the instant it places it; the side's measured latency
             # (the fastest tenth of its queueing delays) put back says how much of the gap it is.
             latency = real["queueing_fast_s"]
-            timed = Scenario(
-                sliced, nodes, queues, config, replace(SIM_OPTIONS, start_latency_seconds=latency)
-            ).run(policy)
+            timed = simulate(sliced, nodes, queues, config, policy, latency)
             print(
                 f"  with {side}'s start latency ({latency:.2f} s) in the simulation: avg JCT "
                 f"{gap(timed['jct']['avg'], real['jct']['avg'])}, avg queueing "

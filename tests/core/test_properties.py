@@ -430,6 +430,6 @@ def test_kept_per_queue_gpus_on_nodes_equal_a_fresh_count(
         for quota_gpus in (0, j.workers.total_gpus):
             allowed = preemption.allowed_jobs(ix, book, j, q, quota_gpus, NOW, set())
             if preemption.room_for(state, allowed, d, j.workers.replicas, pools):
-                by = preemption.victim_queues(ix, book, j, q, quota_gpus)
+                by = preemption.victim_queues(ix, book, q, quota_gpus)
                 assert {v.queue for v, _ in allowed} <= set(by)
                 assert preemption.room_for_queues(state, by, d, j.workers.replicas, pools)

@@ -149,19 +149,9 @@ def allowed_jobs(
         else:  # no lower priority in the queue: only jobs above J's level can be victims
             keys.extend((k, False) for k in sorted(outranked))
     policy = q.preemption.reclaim_within_cohort
-    if (
-        q.cohort is not None
-        and policy is not ReclaimPreemption.NEVER
-        and book.used(q.name) + quota_gpus <= q.nominal_gpus
-    ):
-        for peer in book.cohorts[q.cohort]:
-            if peer.name == q.name:
-                continue
-            if book.used(peer.name) > peer.nominal_gpus:
-                keys.extend((k, True) for k in ix.running_by_queue.get(peer.name, ()))
-            elif reclaimed_by_eviction(book, peer, ix.evicting_usage):
-                # Back within its nominal once its leaving gangs are gone: those are free victims.
-                keys.extend((k, True) for k in ix.running_by_queue.get(peer.name, ()) if k in ix.evicting)
+    for peer, leaving_only in reclaim_peers(ix, book, q, quota_gpus):
+        running = ix.running_by_queue.get(peer, ())
+        keys.extend((k, True) for k in running if not leaving_only or k in ix.evicting)
     out = []
     jobs, evicting_set = ix.jobs, ix.evicting
     any_priority = policy is ReclaimPreemption.ANY
@@ -205,22 +195,32 @@ def room_for(
     return _room(st, released, demand.gpus, replicas, pools)
 
 
-def victim_queues(ix: ClusterIndex, book: QuotaBook, job: Job, q: Queue, quota_gpus: int) -> list[str]:
-    """The queues whose running jobs allowed_jobs may return for `job` (a superset: it looks at no
-    priority, level, minimum run or budget)."""
-    out = [q.name] if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY else []
+def reclaim_peers(ix: ClusterIndex, book: QuotaBook, q: Queue, quota_gpus: int) -> list[tuple[str, bool]]:
+    """The cohort peers a job of q needing quota_gpus may reclaim from, each with whether only its
+    gangs already leaving may go: a peer over its nominal quota gives any running job; one back
+    within it once its leaving gangs are gone gives those, as free victims."""
     if (
-        q.cohort is not None
-        and q.preemption.reclaim_within_cohort is not ReclaimPreemption.NEVER
-        and book.used(q.name) + quota_gpus <= q.nominal_gpus
+        q.cohort is None
+        or q.preemption.reclaim_within_cohort is ReclaimPreemption.NEVER
+        or book.used(q.name) + quota_gpus > q.nominal_gpus
     ):
-        for peer in book.cohorts[q.cohort]:
-            if peer.name != q.name and (
-                book.used(peer.name) > peer.nominal_gpus
-                or reclaimed_by_eviction(book, peer, ix.evicting_usage)
-            ):
-                out.append(peer.name)
+        return []
+    out = []
+    for peer in book.cohorts[q.cohort]:
+        if peer.name == q.name:
+            continue
+        if book.used(peer.name) > peer.nominal_gpus:
+            out.append((peer.name, False))
+        elif reclaimed_by_eviction(book, peer, ix.evicting_usage):
+            out.append((peer.name, True))
     return out
+
+
+def victim_queues(ix: ClusterIndex, book: QuotaBook, q: Queue, quota_gpus: int) -> list[str]:
+    """The queues whose running jobs allowed_jobs may return for a job of q (a superset: it looks at
+    no priority, level, minimum run or budget)."""
+    out = [q.name] if q.preemption.within_queue is WithinQueuePreemption.LOWER_PRIORITY else []
+    return out + [peer for peer, _ in reclaim_peers(ix, book, q, quota_gpus)]
 
 
 def room_for_queues(

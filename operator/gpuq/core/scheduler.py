@@ -906,7 +906,7 @@ class _Cycle:
         plan = None
         # Even every job of the queues victims may come from would not leave room: no need to list
         # the allowed ones (room_for would say no too).
-        queues = preemption.victim_queues(self.ix, book, job, q, quota_gpus)
+        queues = preemption.victim_queues(self.ix, book, q, quota_gpus)
         if preemption.room_for_queues(st, queues, d, req.replicas, tiers[-1]):
             allowed = preemption.allowed_jobs(
                 self.ix, book, job, q, quota_gpus, self.now, self.unavailable, protected, self.service
