@@ -176,7 +176,7 @@ def _loop(
 
     metrics = Metrics()
     writer = RecordingWriter(None, cache, metrics, on_done=lambda: None)  # type: ignore[arg-type]
-    loop = SchedulingLoop(cache, writer, SchedulerConfig(), metrics, clock=now)
+    loop = SchedulingLoop(cache, writer, SchedulerConfig(), metrics, clock=now, freeze_first_cycle=True)
     return loop, writer
 
 

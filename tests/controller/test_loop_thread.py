@@ -77,3 +77,32 @@ def test_cycles_slow_down_while_admissions_wait_for_the_writer() -> None:
     assert loop._pause() == BACKLOG_PAUSE_SECONDS
     writer.admissions_waiting = 0
     assert loop._pause() == loop.debounce
+
+
+def test_a_term_s_first_cycle_runs_without_the_collector_and_freezes_what_it_made() -> None:
+    """With freeze_first_cycle (the operator's), the first cycle pauses Python's collector and then
+    freezes what it made (later collections skip it); the cycles after it leave the collector be."""
+    import gc
+
+    seen: list[bool] = []
+
+    def core(snap: Snapshot, now: float, cfg: SchedulerConfig, explain: bool = True) -> Decisions:
+        seen.append(gc.isenabled())
+        return Decisions()
+
+    loop, _ = loop_with(core)
+    loop._freeze_first = True
+    frozen = gc.get_freeze_count()
+    try:
+        loop.cycle()
+        assert seen == [False] and gc.isenabled()
+        assert gc.get_freeze_count() > frozen
+        after = gc.get_freeze_count()
+        loop.cycle()
+        assert seen == [False, True] and gc.get_freeze_count() <= after  # (frozen objects still die)
+    finally:
+        gc.unfreeze()  # the rest of the test session as it was (pytest collects normally)
+        gc.enable()
+    plain, _ = loop_with(core)  # tests and tools that do not ask for it keep the collector on
+    plain.cycle()
+    assert seen[-1] is True

@@ -179,12 +179,14 @@ def test_a_new_checkpoint_keeps_the_service_times_and_a_called_off_eviction_sche
     runner = job("ns/r", gpus=8, on=["n0000"], started=NOW - 100)
     s1 = snap(ONE_NODE, [queue()], [runner])
     ix = ClusterIndex(s1, cfg)
+    first = NOW - 100 + 3600 / 8  # level 1: one GPU-hour on 8 GPUs, before its minimum run
+    assert ix.next_service_event(NOW) == first  # its first call fills the heap (not the build)
     scheduled = len(ix.service_events)
+    assert scheduled > 0
     checkpointed = replace(runner, checkpoint=Checkpoint(NOW, 10, "s3://x"))
     s2 = Snapshot(s1.topology, s1.nodes, s1.queues, (checkpointed,))
     ix.apply(s2, jobs=[checkpointed])
     assert len(ix.service_events) == scheduled
-    first = NOW - 100 + 3600 / 8  # level 1: one GPU-hour on 8 GPUs, before its minimum run
     assert ix.next_service_event(NOW) == first
     evicting = replace(checkpointed, evicting=True)
     ix.apply(Snapshot(s1.topology, s1.nodes, s1.queues, (evicting,)), jobs=[evicting])

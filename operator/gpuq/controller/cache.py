@@ -100,6 +100,7 @@ class ClusterCache:
         # Each job's pods in key order, made when first asked after they changed (_touch): a cycle
         # asks for them several times per job (snapshot, lifecycle, writer).
         self._ordered_pods: dict[str, list[PodEntry]] = {}
+        self._claimed: dict[str, tuple[str | None, tuple[PodEntry, ...]]] = {}  # pods_of's answer, by uid
         # Jobs whose object or pods changed since the loop last took them: the lifecycle, a pure
         # function of a job and its pods, needs to look at no other job.
         self.touched: set[str] = set()
@@ -230,6 +231,7 @@ class ClusterCache:
 
     def _touch(self, job: str) -> None:
         self._ordered_pods.pop(job, None)
+        self._claimed.pop(job, None)
         self.touched.add(job)
         self._tell_job_sinks(job)
 
@@ -484,8 +486,15 @@ class ClusterCache:
 
     def pods_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
         """The workers of `job`, of any attempt; with `uid`, only those owned by that incarnation of
-        it. Not the unclaimed pods of a gang gpuq did not create (`unclaimed_of`)."""
-        return [p for p in self._all_pods_of(job, uid) if not p.unclaimed]
+        it. Not the unclaimed pods of a gang gpuq did not create (`unclaimed_of`). Kept until they
+        change: the snapshot and the lifecycle ask for every job's in a term's first cycle."""
+        kept = self._claimed.get(job)
+        if kept is not None and kept[0] == uid:
+            return list(kept[1])
+        pods = [p for p in self._all_pods_of(job, uid) if not p.unclaimed]
+        if pods:  # none: nothing kept, as in _all_pods_of
+            self._claimed[job] = (uid, tuple(pods))
+        return pods
 
     def unclaimed_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
         """A gang's pods that its owner's controller created and no admission has bound yet."""

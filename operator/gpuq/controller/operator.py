@@ -123,7 +123,14 @@ class Term:
             api, cache, metrics, on_done=self._wake, clock=api.clock.now, admission_delay=admission_delay
         )
         self.loop = SchedulingLoop(
-            cache, self.writer, config, metrics, schedule=schedule, clock=api.clock.now, debounce=debounce
+            cache,
+            self.writer,
+            config,
+            metrics,
+            schedule=schedule,
+            clock=api.clock.now,
+            debounce=debounce,
+            freeze_first_cycle=True,
         )
         self.task: asyncio.Task[None] | None = None
         self.extender: ExtenderServer | None = None

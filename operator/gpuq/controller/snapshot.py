@@ -8,16 +8,27 @@ restart back-off expiring) so the loop can sleep until then instead of polling.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import os
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any
 
+import orjson
+
 from gpuq.api.gpuqueue import GPUQueueSpec, StopPolicy
-from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase, PlacementEntry, TrainingJobSpec
+from gpuq.api.trainingjob import (
+    FINISHED_PHASES,
+    PLACED_PHASES,
+    Phase,
+    PlacementEntry,
+    TrainingJobSpec,
+    Workers,
+)
 from gpuq.controller import selectors
 from gpuq.controller.cache import Assumed, ClusterCache
 from gpuq.controller.objects import JobEntry, newer, parse_time, queued_since
@@ -44,6 +55,7 @@ from gpuq.core.model import (
     TaintEffect,
     Toleration,
     Topology,
+    TopologyMode,
     TopologyRequest,
     WorkerSpec,
 )
@@ -246,8 +258,26 @@ def worker_spec(job: JobEntry, spec: TrainingJobSpec) -> WorkerSpec:
     )
 
 
-def _ranked(entries: Iterable[PlacementEntry]) -> tuple[str, ...]:
-    return tuple(p.node for p in sorted(entries, key=lambda p: p.rank))
+_RANK = attrgetter("rank")
+
+
+def _shape_key(w: Workers) -> bytes | str:
+    parts = (w.template, w.replicas, w.gpus_per_worker, w.gpu_models, w.mixed_models)
+    try:
+        return orjson.dumps(parts)  # a fifth of repr's time (a key per job in a first cycle)
+    except TypeError:  # not JSON-shaped (a template built in code): its repr, which is slower
+        return repr(parts)
+
+
+def _ranked(entries: Sequence[PlacementEntry]) -> tuple[str, ...]:
+    if not entries:
+        return ()
+    return tuple(p.node for p in sorted(entries, key=_RANK))
+
+
+@functools.lru_cache(maxsize=256)
+def _topology_request(level: str | None, mode: TopologyMode) -> TopologyRequest:
+    return TopologyRequest(level, mode)  # one object per distinct request, not one per job
 
 
 def _stop(job: JobEntry, cache: ClusterCache) -> str:
@@ -485,7 +515,7 @@ class SnapshotBuilder:
         self._changed_jobs: set[str] = set()  # filled by the cache (watch_jobs)
         self._touched_nodes: set[str] = set()  # filled by the cache (watch_nodes)
         self._derived: dict[str, tuple[int, str, WorkerSpec | None, Constraints | None, str | None]] = {}
-        self._shapes: dict[str, tuple[WorkerSpec | None, Constraints | None, str | None]] = {}
+        self._shapes: dict[bytes | str, tuple[WorkerSpec | None, Constraints | None, str | None]] = {}
         self._jobs: dict[str, _JobMemo] = {}
         self._config: SchedulerConfig | None = None  # the memos hold for this config only
         self._queues: dict[str, tuple[GPUQueueSpec, int, Queue]] = {}  # name -> (spec, recent, core)
@@ -501,14 +531,13 @@ class SnapshotBuilder:
         if memo is not None and memo[0] == job.generation and memo[1] == job.uid:
             return memo[2], memo[3], memo[4]
         # Most jobs share their workers' shape: derived once per shape (rendering a worker pod to
-        # read its requests was 40% of a first cycle at 15,000 jobs). The repr of the JSON-shaped
-        # inputs is the key: equal reprs, equal inputs (a different key order only misses).
-        w = spec.workers
-        shape = repr((w.template, w.replicas, w.gpus_per_worker, w.gpu_models, w.mixed_models))
+        # read its requests was 40% of a first cycle at 15,000 jobs). The JSON-shaped inputs
+        # serialized are the key: equal texts, equal inputs (a different key order only misses).
+        shape = _shape_key(spec.workers)
         derived = self._shapes.get(shape)
         if derived is None:
             try:
-                check_template(w.template)
+                check_template(spec.workers.template)
                 derived = worker_spec(job, spec), constraints(spec), None
             except (TemplateError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 derived = None, None, str(exc)
@@ -903,7 +932,7 @@ def _job(
         priority=spec.priority,
         created_at=job.created_at,
         workers=workers,
-        topology=TopologyRequest(spec.topology.level, spec.topology.mode),
+        topology=_topology_request(spec.topology.level, spec.topology.mode),
         # An admission whose status is not written yet (seconds old) is no victim: evicting it would
         # race its own status write (gpuq.controller.record).
         preemptible=spec.preemptible and not (hold is not None and hold.attempt > st.attempt),

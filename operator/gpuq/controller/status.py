@@ -159,6 +159,8 @@ def patch(current: Any, **fields: Any) -> dict[str, Any]:
     """A merge patch of the fields (snake_case names of the status model) whose value differs from
     `current`; None clears a field. Empty when nothing changes, so callers can skip the write."""
     out: dict[str, Any] = {}
+    if not fields:
+        return out  # the common case in a term's first cycle: every job looked at, most unchanged
     model_fields = type(current).model_fields
     for name, value in fields.items():
         if _plain(getattr(current, name)) == _plain(value):

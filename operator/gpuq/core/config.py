@@ -6,6 +6,7 @@ read the same file through `gpuq.config` and pass the result here.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from gpuq.core.model import Topology
@@ -45,6 +46,12 @@ class FailoverConfig:
     disruption_settle_seconds: float = 15.0
 
 
+@functools.lru_cache(maxsize=64)
+def _hours_to_seconds(hours: tuple[float, ...]) -> tuple[float, ...]:
+    # Asked per running job and level check (tens of thousands of times in a first cycle at scale).
+    return tuple(3600.0 * t for t in hours)
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceOrdering:
     """Attained-service ordering within a queue (Tiresias' discretized LAS, docs/scheduling.md).
@@ -66,7 +73,7 @@ class ServiceOrdering:
 
     @property
     def thresholds_gpu_seconds(self) -> tuple[float, ...]:
-        return tuple(3600.0 * t for t in self.thresholds_gpu_hours)
+        return _hours_to_seconds(self.thresholds_gpu_hours)
 
     @property
     def preempts(self) -> bool:

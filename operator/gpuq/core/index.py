@@ -30,7 +30,7 @@ from gpuq.core.constraints import (
 )
 from gpuq.core.decisions import Pending
 from gpuq.core.fit import Demand, Extra, extra_of, slots_on
-from gpuq.core.model import Job, Node, Queue, Snapshot, TaintEffect
+from gpuq.core.model import Job, Node, Queue, Snapshot, TaintEffect, WorkerSpec
 from gpuq.core.pools import Pool
 from gpuq.core.service import LevelCache, level_of, service_times
 from gpuq.core.topology import DomainTree, scope_sizes
@@ -224,6 +224,7 @@ class ClusterIndex:
         # Jobs.
         self.jobs: dict[str, Job] = {}
         self.demand: dict[str, Demand] = {}
+        self._demands: dict[int, tuple[WorkerSpec, Demand]] = {}  # id(workers) -> (workers, demand)
         self.job_nodes: dict[str, tuple[tuple[int, int], ...]] = {}  # running: (node, ranks there)
         self.job_models: dict[str, tuple[tuple[str, int], ...]] = {}  # running: GPUs per GPU model
         self.orphans: dict[str, tuple[str, ...]] = {}  # running job -> its node names not in the snapshot
@@ -249,6 +250,7 @@ class ClusterIndex:
         # a lazy heap of (time, job, attempt start); stale entries are skipped when popped.
         self.service_events: list[tuple[float, str, float]] = []
         self.service_events_now = float("-inf")
+        self.service_events_filled = False  # next_service_event fills the heap at its first call
         self.levels = LevelCache(self.config.service, self.jobs)  # attained-service tables (service.py)
         self.usage: dict[str, int] = {}  # queue -> GPUs held (running, not evicting) or kept (recovering)
         self.evicting_usage: dict[str, int] = {}  # queue -> GPUs its evicting gangs still hold
@@ -330,7 +332,7 @@ class ClusterIndex:
         """`same_service`: it replaces a job whose service times and level entry it shares (kept)."""
         key = job.key
         self.jobs[key] = job
-        d = Demand.of(job.workers)
+        d = self._demand_of(job.workers)
         self.demand[key] = d
         if job.running is None:
             self.pending.add(key)
@@ -379,21 +381,48 @@ class ClusterIndex:
         else:
             self._count_usage(job.queue, len(job.running.placement) * d.gpus, models)
 
+    def _demand_of(self, workers: WorkerSpec) -> Demand:
+        """Demand.of, kept for the last WorkerSpec objects seen: the shell hands jobs of one shape the
+        same object, so a build of 15,000 jobs derives a handful."""
+        kept = self._demands.get(id(workers))
+        if kept is not None and kept[0] is workers:
+            return kept[1]
+        d = Demand.of(workers)
+        if len(self._demands) >= 1024:
+            self._demands.clear()
+        self._demands[id(workers)] = (workers, d)
+        return d
+
     def _push_service_events(self, job: Job) -> None:
+        if not self.service_events_filled:
+            return  # the first next_service_event enters every running job
         assert job.running is not None
         for t in service_times(job, self.config.service, self.config.consolidation.enabled):
             heapq.heappush(self.service_events, (t, job.key, job.running.started_at))
+
+    def _fill_service_events(self, now: float) -> None:
+        """The heap from scratch: every running job's times after `now` (its first use, or time went
+        back), heapified at once rather than a push, and a pop at once, per past time of every job."""
+        rule, moves = self.config.service, self.config.consolidation.enabled
+        heap = self.service_events
+        heap.clear()
+        for keys in self.running_by_queue.values():
+            for key in keys:
+                job = self.jobs[key]
+                assert job.running is not None
+                started = job.running.started_at
+                heap.extend((t, key, started) for t in service_times(job, rule, moves) if t > now)
+        heapq.heapify(heap)
+        self.service_events_filled = True
 
     def next_service_event(self, now: float) -> float:
         """The earliest time after `now` at which a running job (not being evicted) passes its minimum
         run or reaches a new attained-service level: time alone may then give a queue new victims.
         Entries of jobs gone, restarted or evicting since they were pushed are dropped as met."""
         heap = self.service_events
-        if now < self.service_events_now:  # time went back: entries already dropped may matter again
-            heap.clear()
-            for keys in self.running_by_queue.values():
-                for key in keys:
-                    self._push_service_events(self.jobs[key])
+        # Time went back: entries already dropped may matter again.
+        if not self.service_events_filled or now < self.service_events_now:
+            self._fill_service_events(now)
         self.service_events_now = now
         while heap:
             t, key, started = heap[0]

@@ -94,16 +94,32 @@ class LevelCache:
         self.versions[queue] = self.versions.get(queue, 0) + 1
 
     def add(self, job: Job) -> None:
+        if self.now == float("-inf"):
+            return  # never advanced: the first advance enters every job at its time (_rebuild)
+        for item in self._enter(job):
+            heapq.heappush(self._due, item)
+
+    def _enter(self, job: Job) -> list[tuple[float, str, float]]:
+        """Put the job's entry at `now` in its queue's table; its times still to come, to schedule."""
         run = job.running
         if run is None or not self.rule.preempts:
-            return
+            return []
         entry = _entry(job, self.rule, self.now)
         if entry is not None:
             self.tables.setdefault(job.queue, {})[job.key] = entry
             self._touch(job.queue)
-        for t in service_times(job, self.rule):
-            if t > self.now - EPS:
-                heapq.heappush(self._due, (t, job.key, run.started_at))
+        return [(t, job.key, run.started_at) for t in service_times(job, self.rule) if t > self.now - EPS]
+
+    def _rebuild(self, now: float) -> None:
+        """Every entry from scratch at `now` (the first advance, or time went back): one pass, not a
+        push and a pop per past level time of every running job."""
+        for queue in self.tables:
+            self._touch(queue)
+        self.now, self._due, self.tables = now, [], {}
+        self.answers.clear()
+        for job in self.jobs.values():
+            self._due.extend(self._enter(job))
+        heapq.heapify(self._due)
 
     def remove(self, job: Job) -> None:
         table = self.tables.get(job.queue)
@@ -111,11 +127,8 @@ class LevelCache:
             self._touch(job.queue)
 
     def advance(self, now: float) -> None:
-        if now < self.now:  # time went back: every entry from scratch
-            self.now, self._due, self.tables = float("-inf"), [], {}
-            self.answers.clear()
-            for job in self.jobs.values():
-                self.add(job)
+        if now < self.now or self.now == float("-inf"):
+            self._rebuild(now)
         self.now = now
         due, again = self._due, []
         while due and due[0][0] <= now + EPS:
