@@ -246,7 +246,7 @@ def _checkpoint_fields(job: JobEntry, pods: Sequence[PodEntry], now: float) -> d
     fields: dict[str, Any] = {}
     best = newer(job.status.last_checkpoint, job.checkpoint)
     for pod in pods:
-        if pod.attempt == job.status.attempt:
+        if pod.checkpoint is not None and pod.attempt == job.status.attempt:
             best = newer(best, pod.checkpoint)
     if best is not None and best != job.status.last_checkpoint:
         fields["last_checkpoint"] = best
