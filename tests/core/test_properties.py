@@ -194,8 +194,9 @@ def test_explain_false_takes_the_same_actions(sc: Scenario) -> None:
     s, cfg = sc
     full = schedule(s, NOW, cfg)
     quiet = schedule(s, NOW, cfg, explain=False)
-    assert quiet.pending == ()
-    assert replace(quiet, pending=full.pending) == full
+    assert quiet.pending == () and quiet.pending_by_queue == ()
+    assert replace(quiet, pending=full.pending, pending_by_queue=full.pending_by_queue) == full
+    assert full.pending == tuple(p for _, chunk in full.pending_by_queue for p in chunk)
 
 
 @PROPERTY

@@ -90,16 +90,12 @@ def preemption_reason(victim: JobEntry, preemptor: JobEntry | None, move: bool =
 PendingCounts = dict[tuple[str, ...], float]
 
 
-def pending_figures(
-    pending: Iterable[Pending], excluded: Mapping[str, Exclusion], jobs: Mapping[str, JobEntry]
-) -> tuple[PendingCounts, PendingCounts]:
-    """What the pending gauges show, straight from a cycle's decisions: jobs per (queue, reason),
-    and per queue the oldest queued_since. `pending_jobs` without a record per job: this runs over
-    every waiting job every cycle (10,000 and more under a burst)."""
-    counts: PendingCounts = {}
-    oldest: PendingCounts = {}
-    reasons = [(p.job, p.code or "Pending") for p in pending]
-    reasons += [(key, why.reason) for key, why in excluded.items()]
+def _add_figures(
+    counts: PendingCounts,
+    oldest: PendingCounts,
+    reasons: Iterable[tuple[str, str]],
+    jobs: Mapping[str, JobEntry],
+) -> None:
     for key, reason in reasons:
         job = jobs.get(key)
         if job is None or job.spec is None:
@@ -109,7 +105,49 @@ def pending_figures(
         since = queued_since(job)
         if since < oldest.get((q,), since + 1):
             oldest[(q,)] = since
-    return counts, oldest
+
+
+def _merge(counts: PendingCounts, oldest: PendingCounts, part: tuple[PendingCounts, PendingCounts]) -> None:
+    for k, n in part[0].items():
+        counts[k] = counts.get(k, 0) + n
+    for k, since in part[1].items():
+        if since < oldest.get(k, since + 1):
+            oldest[k] = since
+
+
+class PendingFigures:
+    """What the pending gauges show, straight from a cycle's decisions: jobs per (queue, reason),
+    and per queue the oldest queued_since (`pending_jobs` without a record per job). Kept queue by
+    queue: a queue whose Pendings are the very tuple the core gave last time
+    (Decisions.pending_by_queue) and that is not `dirty` (no job of it changed since; None: all
+    are) counts what it counted then, so an explaining cycle with 35,000 jobs waiting counts only
+    the queues that changed. Jobs kept out (few) are counted every time."""
+
+    def __init__(self) -> None:
+        # queue -> (its Pendings, what they counted)
+        self._kept: dict[str, tuple[tuple[Pending, ...], tuple[PendingCounts, PendingCounts]]] = {}
+
+    def update(
+        self,
+        d: Decisions,
+        excluded: Mapping[str, Exclusion],
+        jobs: Mapping[str, JobEntry],
+        dirty: set[str] | None = None,
+    ) -> tuple[PendingCounts, PendingCounts]:
+        counts: PendingCounts = {}
+        oldest: PendingCounts = {}
+        kept = {}
+        for queue, chunk in d.pending_by_queue or (("", d.pending),):
+            last = self._kept.get(queue)
+            if last is None or last[0] is not chunk or dirty is None or queue in dirty:
+                part: tuple[PendingCounts, PendingCounts] = ({}, {})
+                _add_figures(*part, ((p.job, p.code or "Pending") for p in chunk), jobs)
+                last = (chunk, part)
+            kept[queue] = last
+            _merge(counts, oldest, last[1])
+        _add_figures(counts, oldest, ((key, why.reason) for key, why in excluded.items()), jobs)
+        self._kept = kept
+        return counts, oldest
 
 
 def queue_figures(

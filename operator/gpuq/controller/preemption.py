@@ -152,9 +152,19 @@ class PreemptionLog:
             times.remove(when)
 
     def times(self, queue: str, now: float) -> list[float]:
-        recent = [t for t in self._times.get(queue, ()) if now - t < HOUR]
-        self._times[queue] = recent
+        kept = self._times.get(queue)
+        if not kept:
+            return []
+        recent = [t for t in kept if now - t < HOUR]
+        if recent:
+            self._times[queue] = recent
+        else:
+            del self._times[queue]  # only queues that lost a job in the last hour are walked
         return recent
 
+    def recent(self, now: float) -> dict[str, tuple[float, ...]]:
+        """Every queue's preemptions in the last hour (queues with none are left out)."""
+        return {q: tuple(ts) for q in list(self._times) if (ts := self.times(q, now))}
+
     def counts(self, now: float) -> dict[str, int]:
-        return {q: n for q in list(self._times) if (n := len(self.times(q, now)))}
+        return {q: len(ts) for q, ts in self.recent(now).items()}

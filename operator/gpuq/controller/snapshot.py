@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import heapq
 import os
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -432,6 +432,7 @@ class _Kept:
     placements: dict[str, Placement] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)  # the snapshot's jobs
     order: list[str] = field(default_factory=list)  # their keys, sorted
+    ordered: list[Job] = field(default_factory=list)  # their Jobs in that order (a tuple of it is cheap)
     jobs_tuple_: tuple[Job, ...] | None = None  # the snapshot's jobs, while none changed
     wakes: dict[str, float] = field(default_factory=dict)  # when a job's notBefore passes
     expiring: list[tuple[float, str]] = field(default_factory=list)  # heap: rows valid until then
@@ -462,19 +463,22 @@ class _Kept:
         if old is job:
             return
         self.jobs_tuple_ = None
+        i = bisect_left(self.order, key)
         if job is None:
-            del self.jobs[key]
-            del self.order[bisect_left(self.order, key)]
+            del self.jobs[key], self.order[i], self.ordered[i]
             removed.append(key)
             return
         if old is None:
-            insort(self.order, key)
+            self.order.insert(i, key)
+            self.ordered.insert(i, job)
+        else:
+            self.ordered[i] = job
         self.jobs[key] = job
         delta.append(job)
 
     def jobs_tuple(self) -> tuple[Job, ...]:
         if self.jobs_tuple_ is None:
-            self.jobs_tuple_ = tuple(map(self.jobs.__getitem__, self.order))
+            self.jobs_tuple_ = tuple(self.ordered)
         return self.jobs_tuple_
 
     def count(self, key: str, tally: tuple[str, str] | None) -> None:

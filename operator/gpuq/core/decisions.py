@@ -103,3 +103,7 @@ class Decisions:
     # When time alone may change the next cycle's decisions (a head starts starving, a running job
     # passes its minimum run or reaches an attained-service level): the shell runs a cycle then.
     wake_at: float | None = None
+    # `pending` queue by queue: (queue, its Pendings). A queue's tuple is the very object of the last
+    # explaining cycle when nothing it is made of changed, so the shell can skip what it derived
+    # from it then (empty from cores that do not group them: the shell reads `pending` alone).
+    pending_by_queue: tuple[tuple[str, tuple[Pending, ...]], ...] = ()

@@ -683,7 +683,7 @@ class _Cycle:
             memo[ck] = self._invalid(self.ix.jobs[first[-1]])
         return memo[ck]
 
-    def _explained(self) -> tuple[Pending, ...]:
+    def _explained(self) -> tuple[tuple[str, tuple[Pending, ...]], ...]:
         """Every waiting job's Pending, queue by queue (by name), each queue's in its order. A
         queue's Pendings are those of the last explaining cycle (ClusterIndex.explained) when what
         they are made of is the same: its queued jobs (ClusterIndex.queue_versions), the queue, the
@@ -694,7 +694,7 @@ class _Cycle:
         for key in self._admitted_keys:
             admitted.setdefault(ix.jobs[key].queue, set()).add(key)
         kept, ix.explained = ix.explained, {}
-        out: list[tuple[Pending, ...]] = []
+        out: list[tuple[str, tuple[Pending, ...]]] = []
         for qn in sorted(ix.queued.keys() | self.tried.keys()):
             classes = ix.queued.get(qn, {})
             tried = self.tried.get(qn, {})
@@ -714,8 +714,8 @@ class _Cycle:
                 self._explain_queued(qn, classes)
                 chunk = self._in_queue_order(qn, classes, admitted.get(qn, set()))
             ix.explained[qn] = (made_of, chunk)
-            out.append(chunk)
-        return tuple(p for chunk in out for p in chunk)
+            out.append((qn, chunk))
+        return tuple(out)
 
     def _in_queue_order(
         self, qn: str, classes: dict[int, list[OrderKey]], admitted: set[str]
@@ -1273,7 +1273,7 @@ class _Cycle:
 
     def _decisions(self) -> Decisions:
         ix = self.ix
-        pending = self._explained() if self.explain else ()
+        by_queue = self._explained() if self.explain else ()
         usage = {qn: self.book.used(qn) for qn in sorted(self.queues)}
         borrowed = {qn: self.book.borrowed(q) for qn, q in sorted(self.queues.items())}
         wake = min(self.starving_at, _next_running_event(ix, self.cfg, self.now))
@@ -1281,7 +1281,8 @@ class _Cycle:
             admit=tuple(self.admits),
             preempt=tuple(self.preempts),
             restart=tuple(self.restarts),
-            pending=pending,
+            pending=tuple(p for _, chunk in by_queue for p in chunk),
+            pending_by_queue=by_queue,
             abandon=tuple(self.abandons),
             queue_usage=usage,
             queue_borrowed=borrowed,
