@@ -136,7 +136,7 @@ class PendingFigures:
     ) -> tuple[PendingCounts, PendingCounts]:
         counts: PendingCounts = {}
         oldest: PendingCounts = {}
-        kept = {}
+        kept: dict[str, tuple[tuple[Pending, ...], tuple[PendingCounts, PendingCounts]]] = {}
         for queue, chunk in d.pending_by_queue or (("", d.pending),):
             last = self._kept.get(queue)
             if last is None or last[0] is not chunk or dirty is None or queue in dirty:
