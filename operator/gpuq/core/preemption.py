@@ -348,7 +348,7 @@ class _Search:
             self.book.add(v.queue, -sign * v.gpus, {m: -sign * g for m, g in v.models})
 
     def _quota_ok(self) -> bool:
-        return self.book.check(self.q, self.quota_gpus).ok
+        return self.book.admits(self.q, self.quota_gpus)
 
     def _try(self, pool: Pool, dom: int, depth: int | None) -> Placement | None:
         if not self._quota_ok():

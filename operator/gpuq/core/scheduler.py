@@ -1039,7 +1039,7 @@ class _Cycle:
             gpus = sum(k for _, k in ix.job_nodes[key]) * ix.demand[key].gpus
             models = dict(ix.job_models[key])
             headroom = book.model_headroom(q)
-            if not book.check(q, gpus).ok or any(g > headroom.get(m, g) for m, g in models.items()):
+            if not book.admits(q, gpus) or any(g > headroom.get(m, g) for m, g in models.items()):
                 continue
             book.add(q.name, gpus, models)
             self.abandons.append(
