@@ -137,6 +137,25 @@ def test_preemptor_waits_for_evicting_victims_instead_of_preempting_more() -> No
     assert d.pending[0].nominated == ("n0000",)
 
 
+def test_a_waiting_preemptor_takes_the_first_node_whose_leaving_gangs_suffice() -> None:
+    """The search's shortcut for one-node waits (_Search._waiting_on_one_node) returns what pricing
+    every node would: the first node, in pool order, that gangs already leaving free enough on; a
+    node whose leaving gang is too small needs a new victim, which a wait elsewhere beats."""
+    nodes = cluster(racks=1, nodes_per_rack=4)
+    jobs = [
+        job("ns/paying", gpus=8, on=["n0000"]),
+        job("ns/small-going", gpus=4, on=["n0001"], evicting=True),
+        job("ns/small-paying", gpus=4, on=["n0001"]),
+        job("ns/going-2", gpus=8, on=["n0002"], evicting=True),
+        job("ns/going-3", gpus=8, on=["n0003"], evicting=True),
+        job("ns/high", gpus=8, priority=5),
+    ]
+    d = run(snap(nodes, [queue()], jobs))
+    assert d.preempt == ()
+    assert pending(d)["ns/high"] == "waiting for 1 preempted gang to release GPUs"
+    assert d.pending[0].nominated == ("n0002",)
+
+
 def test_no_preemption_when_victims_would_not_make_room() -> None:
     nodes = cluster(racks=2, nodes_per_rack=1)
     jobs = [job("ns/a", gpus=8, on=["n0000"]), job("ns/b", gpus=8, on=["n0010"], priority=9)]
@@ -293,7 +312,10 @@ def test_a_preemptor_waiting_for_an_evicting_gang_verifies_that_node_only() -> N
     with patch.object(preemption._Search, "verify", spy):
         d = run(s)
         assert len(verified) == 1
-        with patch.object(preemption._Search, "_unbeatable", lambda *_: False):
+        with (
+            patch.object(preemption._Search, "_unbeatable", lambda *_: False),
+            patch.object(preemption._Search, "_waiting_on_one_node", lambda *_: None),
+        ):
             assert run(s) == d
-        assert len(verified) == 5  # every candidate node, without the shortcut
+        assert len(verified) == 5  # every candidate node, without the shortcuts (both stop there)
     assert d.preempt == () and codes(d)["ns/high"] == PendingCode.WAITING_FOR_PREEMPTION

@@ -329,6 +329,8 @@ NO_SHORTCUT = {
     "unbeatable": (preemption._Search, "_unbeatable", lambda *_: False),
     # The allowed victims left unlisted when even every job of their queues leaves too few slots.
     "room_for_queues": (preemption, "room_for_queues", lambda *_: True),
+    # A plan that waits on one node for gangs already leaving, taken without pricing other domains.
+    "waiting_on_one_node": (preemption._Search, "_waiting_on_one_node", lambda *_: None),
 }
 
 

@@ -540,6 +540,10 @@ class _Search:
         if quota_set is None or not any(p.size for p in pools):
             return None  # even evicting every allowed victim leaves the quota short
         self.quota_set = quota_set
+        if not quota_set and g and depths and depths[0] == L:
+            waiting = self._waiting_on_one_node(pools)
+            if waiting is not None:
+                return waiting
         quota_members = set(quota_set)
         quota_cost = set_cost([self.cands[ci] for ci in quota_set])
         gpus_needed = g * R
@@ -592,11 +596,53 @@ class _Search:
                     if self._unbeatable(c, p, [e[4] for e in estimates[tried + 1 : VERIFY_BATCH]]):
                         break
             if best is not None:
-                c, final, p = best
-                victims = [self.cands[ci] for ci in final]
-                return Plan(
-                    tuple(v for v in victims if not v.evicting), tuple(v for v in victims if v.evicting), p, c
-                )
+                return self._plan(*best)
+        return None
+
+    def _plan(self, cost: Cost, final: list[int], p: Placement) -> Plan:
+        victims = [self.cands[ci] for ci in final]
+        new, leaving = tuple(v for v in victims if not v.evicting), tuple(v for v in victims if v.evicting)
+        return Plan(new, leaving, p, cost)
+
+    def _waiting_on_one_node(self, pools: Sequence[Pool]) -> Plan | None:
+        """run()'s plan when it is one node's gangs already being evicted (a preemptor waiting for
+        its victims: most searches), found without pricing every domain; None when that is not sure.
+        At the node depth with the quota free, run() estimates the nodes whose cheapest victim is
+        already leaving first, in (pool, node) order; the first whose estimate takes no new victim
+        is verified first (no cheaper estimate exists) unless a node before it has room with no
+        victim at all, and a one-node plan without new victims is never replaced. So when that
+        verification gives such a plan, it is run()'s; anything else falls back to run()."""
+        st, req = self.st, self.req
+        L = st.tree.node_depth
+        g, R = req.demand.gpus, req.replicas
+        cap_gpu, free = st.ix.cap_gpu, st.free_gpu
+        buckets, _ = self._buckets(L)
+        estimates = walked = 0
+        for pool in pools:
+            for key in sorted(buckets):
+                if not pool.member[key] or cap_gpu[key] // g < R:
+                    continue
+                bucket = buckets[key]
+                if not self.cands[bucket[0]].evicting:
+                    if key not in req.exclude and max(free[key], 0) // g >= R:
+                        return None  # its estimate takes no victim either, and may come first
+                    continue
+                if estimates >= VERIFY_BATCH and walked >= ESTIMATE_BUDGET:
+                    return None  # run() stops estimating before this node
+                dom = st.tree.ancestors[key][-1]
+                chosen = self.estimate(pool, dom, key, bucket)
+                walked += len(bucket) if chosen is None else len(chosen)
+                if chosen is None:
+                    continue
+                if set_cost([self.cands[ci] for ci in chosen]) != NO_VICTIMS:
+                    estimates += 1
+                    continue
+                got = self.verify(pool, dom, L, chosen, bucket)
+                if got is None:
+                    return None
+                final, p = got
+                cost = set_cost([self.cands[ci] for ci in final])
+                return self._plan(cost, final, p) if cost == NO_VICTIMS and p.depth == L else None
         return None
 
 
