@@ -284,7 +284,7 @@ def victim_of(ix: ClusterIndex, job: Job, now: float, reclaim: bool = False) -> 
     else:
         ckpt = job.checkpoint
         since = running.started_at if ckpt is None or ckpt.time < running.started_at else ckpt.time
-        lost = max(0.0, now - since) * gpus
+        lost = (now - since if now > since else 0.0) * gpus
     return Victim(
         not evicting,
         job.priority,

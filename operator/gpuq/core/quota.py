@@ -147,13 +147,14 @@ class QuotaBook:
         if not gpus and not models:
             return
         q = self.queues.get(queue)
-        if gpus and q is not None and q.cohort is not None:
-            lent, borrowed = self.lent(q), self.borrowed(q)
-            self.usage[queue] = self.usage.get(queue, 0) + gpus
-            self.cohort_lent[q.cohort] += self.lent(q) - lent
-            self.cohort_borrowed[q.cohort] += self.borrowed(q) - borrowed
-        else:
-            self.usage[queue] = self.usage.get(queue, 0) + gpus
+        old = self.usage.get(queue, 0)
+        new = self.usage[queue] = old + gpus
+        if gpus and q is not None and q.cohort is not None:  # lent() and borrowed() before and after
+            nominal = q.nominal_gpus
+            self.cohort_lent[q.cohort] += lendable(q, new) - lendable(q, old)
+            self.cohort_borrowed[q.cohort] += (new - nominal if new > nominal else 0) - (
+                old - nominal if old > nominal else 0
+            )
         if models:
             mu = self.model_usage.setdefault(queue, {})
             for m, g in models.items():
