@@ -330,7 +330,7 @@ NO_SHORTCUT = {
     # The allowed victims left unlisted when even every job of their queues leaves too few slots.
     "room_for_queues": (preemption, "room_for_queues", lambda *_: True),
     # A plan that waits on one node for gangs already leaving, taken without pricing other domains.
-    "waiting_on_one_node": (preemption._Search, "_waiting_on_one_node", lambda *_: None),
+    "waiting_plan": (preemption, "_waiting_plan", lambda *_: None),
 }
 
 

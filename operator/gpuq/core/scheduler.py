@@ -914,8 +914,9 @@ class _Cycle:
         else:
             allowed = []
         if allowed and preemption.room_for(st, allowed, d, req.replicas, tiers[-1]):
-            cands = preemption.victims(self.ix, allowed, self.now)
-            plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
+            plan = preemption.search(
+                st, book, job, q, quota_gpus, req, tiers[-1], self.weights, allowed, self.now
+            )
         if plan is None:
             self.preempt_fail[memo_key] = st.gives
             self.searched_queues.add(q.name)
