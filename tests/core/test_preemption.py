@@ -137,6 +137,60 @@ def test_preemptor_waits_for_evicting_victims_instead_of_preempting_more() -> No
     assert d.pending[0].nominated == ("n0000",)
 
 
+def test_a_waiting_preemptor_takes_the_first_node_whose_leaving_gangs_suffice() -> None:
+    """The search's shortcut for one-node waits (preemption._waiting_plan) returns what pricing
+    every node would: the first node, in pool order, that gangs already leaving free enough on; a
+    node whose leaving gang is too small needs a new victim, which a wait elsewhere beats."""
+    nodes = cluster(racks=1, nodes_per_rack=4)
+    jobs = [
+        job("ns/paying", gpus=8, on=["n0000"]),
+        job("ns/small-going", gpus=4, on=["n0001"], evicting=True),
+        job("ns/small-paying", gpus=4, on=["n0001"]),
+        job("ns/going-2", gpus=8, on=["n0002"], evicting=True),
+        job("ns/going-3", gpus=8, on=["n0003"], evicting=True),
+        job("ns/high", gpus=8, priority=5),
+    ]
+    d = run(snap(nodes, [queue()], jobs))
+    assert d.preempt == ()
+    assert pending(d)["ns/high"] == "waiting for 1 preempted gang to release GPUs"
+    assert d.pending[0].nominated == ("n0002",)
+
+
+def test_the_waiting_shortcut_leaves_a_node_with_room_before_it_to_the_full_search() -> None:
+    """The shortcut for one-node waits (preemption._waiting_plan) leaves to the full search, on any
+    state, a node before the leaving gangs' one that has room already: it gives a plan without any
+    victim, which pricing every node finds first (the scheduler places such a job before it
+    preempts; the search alone does not)."""
+    from unittest.mock import patch
+
+    from gpuq.core import preemption
+    from gpuq.core.config import SchedulerConfig
+    from gpuq.core.index import ClusterIndex
+    from gpuq.core.placement import Request
+    from gpuq.core.quota import QuotaBook
+    from gpuq.core.state import CycleState
+    from gpuq.core.topology import level_weights
+
+    nodes = cluster(racks=2, nodes_per_rack=1, gpus=16)  # n0000 and n0010, one per rack
+    running = [
+        job("ns/paying", gpus=8, on=["n0000"]),  # n0000 keeps 8 GPUs free
+        job("ns/going", gpus=8, on=["n0010"], evicting=True),
+        job("ns/busy", gpus=8, on=["n0010"]),
+    ]
+    high = job("ns/high", gpus=8, priority=5)
+    s, cfg = snap(nodes, [queue()], [*running, high]), SchedulerConfig()
+    ix = ClusterIndex(s, cfg)
+    st = CycleState(ix)
+    book = QuotaBook(st, {"q": s.queues[0]}, ix.usage, ix.model_usage)
+    req = Request(ix.demand["ns/high"], 1, None)
+    pools, weights = st.pool_tiers(high, 1, None)[-1], level_weights(s.topology, cfg.weights)
+    args = (st, book, high, s.queues[0], 8, req, pools, weights, [(j, False) for j in running], NOW)
+    with patch.object(preemption, "_waiting_plan", lambda *_: None):
+        full = preemption.search(*args)
+    assert full is not None and full.victims == full.waiting == ()  # room on n0000: nothing to wait for
+    assert preemption.search(*args) == full
+
+
 def test_no_preemption_when_victims_would_not_make_room() -> None:
     nodes = cluster(racks=2, nodes_per_rack=1)
     jobs = [job("ns/a", gpus=8, on=["n0000"]), job("ns/b", gpus=8, on=["n0010"], priority=9)]
@@ -293,7 +347,10 @@ def test_a_preemptor_waiting_for_an_evicting_gang_verifies_that_node_only() -> N
     with patch.object(preemption._Search, "verify", spy):
         d = run(s)
         assert len(verified) == 1
-        with patch.object(preemption._Search, "_unbeatable", lambda *_: False):
+        with (
+            patch.object(preemption._Search, "_unbeatable", lambda *_: False),
+            patch.object(preemption, "_waiting_plan", lambda *_: None),
+        ):
             assert run(s) == d
-        assert len(verified) == 5  # every candidate node, without the shortcut
+        assert len(verified) == 5  # every candidate node, without the shortcuts (both stop there)
     assert d.preempt == () and codes(d)["ns/high"] == PendingCode.WAITING_FOR_PREEMPTION

@@ -330,6 +330,8 @@ NO_SHORTCUT = {
     "unbeatable": (preemption._Search, "_unbeatable", lambda *_: False),
     # The allowed victims left unlisted when even every job of their queues leaves too few slots.
     "room_for_queues": (preemption, "room_for_queues", lambda *_: True),
+    # A plan that waits on one node for gangs already leaving, taken without pricing other domains.
+    "waiting_plan": (preemption, "_waiting_plan", lambda *_: None),
 }
 
 

@@ -7,6 +7,7 @@ import random
 from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import PendingCode
 from gpuq.core.index import ClusterIndex
+from gpuq.core.model import Queue
 from gpuq.core.quota import QuotaBook
 from gpuq.core.state import CycleState
 
@@ -127,18 +128,24 @@ def test_lender_within_nominal_reclaims_lent_gpus_by_preemption() -> None:
     assert codes(d)["ns/a1"] == PendingCode.WAITING_FOR_PREEMPTION
 
 
-def test_cohort_totals_stay_exact_under_any_usage_changes() -> None:
-    """QuotaBook keeps per-cohort lent/borrowed sums incrementally; they equal a recount always."""
-    rnd = random.Random(7)
-    qs = {
+def _random_queues(rnd: random.Random, borrowing_limits: tuple[int | None, ...] = ()) -> dict[str, Queue]:
+    """Six queues in two cohorts or none, random nominals, lending and (if given) borrowing limits."""
+    return {
         f"q{i}": queue(
             f"q{i}",
             nominal=rnd.choice((0, 4, 8, 16)),
             cohort=rnd.choice(("c1", "c2", None)),
             lending_limit_gpus=rnd.choice((None, 0, 4)),
+            borrowing_limit_gpus=rnd.choice(borrowing_limits) if borrowing_limits else None,
         )
         for i in range(6)
     }
+
+
+def test_cohort_totals_stay_exact_under_any_usage_changes() -> None:
+    """QuotaBook keeps per-cohort lent/borrowed sums incrementally; they equal a recount always."""
+    rnd = random.Random(7)
+    qs = _random_queues(rnd)
     s = snap(NODES, qs.values(), [])
     st = CycleState(ClusterIndex(s, SchedulerConfig()))
     book = QuotaBook(st, qs, {q: rnd.randint(0, 20) for q in qs}, {})
@@ -153,6 +160,24 @@ def test_cohort_totals_stay_exact_under_any_usage_changes() -> None:
             peers = [p for p in qs.values() if p.cohort == q.cohort and p.name != q.name]
             expected = (sum(book.lent(p) for p in peers), sum(book.borrowed(p) for p in peers))
             assert book.cohort_lends(q) == (expected if q.cohort else (0, 0))
+
+
+def test_admits_is_check_ok_without_the_reason() -> None:
+    """QuotaBook.admits (what preemption searches ask for every victim set) says what check().ok
+    says, under every rule: nominal alone, borrowing limits, lending limits, the cohort invariant."""
+    rnd = random.Random(11)
+    qs = _random_queues(rnd, borrowing_limits=(None, 0, 4, 8))
+    st = CycleState(ClusterIndex(snap(NODES, qs.values(), []), SchedulerConfig()))
+    book = QuotaBook(st, qs, {q: rnd.randint(0, 20) for q in qs}, {})
+    seen: set[tuple[bool, PendingCode]] = set()
+    for _ in range(2000):
+        book.add(rnd.choice(list(qs)), rnd.randint(-6, 6), {})
+        q, gpus = qs[rnd.choice(list(qs))], rnd.randint(0, 24)
+        check = book.check(q, gpus)
+        assert book.admits(q, gpus) == check.ok
+        seen.add((check.ok, check.code))
+    refused = {code for ok, code in seen if not ok}
+    assert refused == {PendingCode.QUOTA_EXCEEDED, PendingCode.BORROWING_LIMIT, PendingCode.COHORT_EXHAUSTED}
 
 
 def test_lent_is_what_peers_borrow_split_among_the_lenders() -> None:

@@ -284,7 +284,7 @@ def victim_of(ix: ClusterIndex, job: Job, now: float, reclaim: bool = False) -> 
     else:
         ckpt = job.checkpoint
         since = running.started_at if ckpt is None or ckpt.time < running.started_at else ckpt.time
-        lost = max(0.0, now - since) * gpus
+        lost = (now - since if now > since else 0.0) * gpus
     return Victim(
         not evicting,
         job.priority,
@@ -348,7 +348,7 @@ class _Search:
             self.book.add(v.queue, -sign * v.gpus, {m: -sign * g for m, g in v.models})
 
     def _quota_ok(self) -> bool:
-        return self.book.check(self.q, self.quota_gpus).ok
+        return self.book.admits(self.q, self.quota_gpus)
 
     def _try(self, pool: Pool, dom: int, depth: int | None) -> Placement | None:
         if not self._quota_ok():
@@ -592,11 +592,45 @@ class _Search:
                     if self._unbeatable(c, p, [e[4] for e in estimates[tried + 1 : VERIFY_BATCH]]):
                         break
             if best is not None:
-                c, final, p = best
-                victims = [self.cands[ci] for ci in final]
-                return Plan(
-                    tuple(v for v in victims if not v.evicting), tuple(v for v in victims if v.evicting), p, c
-                )
+                return self._plan(*best)
+        return None
+
+    def _plan(self, cost: Cost, final: list[int], p: Placement) -> Plan:
+        victims = [self.cands[ci] for ci in final]
+        new, leaving = tuple(v for v in victims if not v.evicting), tuple(v for v in victims if v.evicting)
+        return Plan(new, leaving, p, cost)
+
+    def waiting_on_one_node(self, pools: Sequence[Pool], paying: Iterable[int]) -> Plan | None:
+        """_waiting_plan's search: `cands` are the allowed gangs already leaving, `paying` the nodes
+        the other allowed victims run on. With the quota free, run() estimates first the nodes whose
+        cheapest victim is leaving, in (pool, node) order; the first whose leaving gangs suffice is
+        verified first (no estimate is cheaper) unless a node before it has room with no victim at
+        all, and a one-node plan without new victims is never replaced. So when that verification
+        needs no other victim, its plan is run()'s; anything else is left to run() (None)."""
+        st, req = self.st, self.req
+        tree = st.tree
+        L = tree.node_depth
+        g, R = req.demand.gpus, req.replicas
+        cap_gpu, free = st.ix.cap_gpu, st.free_gpu
+        buckets, _ = self._buckets(L)
+        others = {n for n in paying if n not in buckets and (req.within == 0 or tree.contains(req.within, n))}
+        nodes = sorted(buckets.keys() | others)
+        for pool in pools:
+            for key in nodes:
+                if not pool.member[key] or cap_gpu[key] // g < R:
+                    continue
+                if key in others:  # its cheapest victim is a new one
+                    if key not in req.exclude and max(free[key], 0) // g >= R:
+                        return None  # its estimate takes no victim either, and may come first
+                    continue
+                dom = tree.ancestors[key][-1]
+                chosen = self.estimate(pool, dom, key, buckets[key])
+                if chosen is None:
+                    continue  # its leaving gangs do not suffice: run() prices new victims there
+                got = self.verify(pool, dom, L, chosen, buckets[key])
+                if got is None or got[1].depth != L:
+                    return None  # it needs new victims, or run() decides between domains
+                return self._plan(NO_VICTIMS, *got)
         return None
 
 
@@ -609,12 +643,43 @@ def search(
     req: Request,
     pools: Sequence[Pool],
     weights: Sequence[float],
-    cands: list[Victim],
+    allowed: Sequence[tuple[Job, bool]],
+    now: float,
 ) -> Plan | None:
-    """The cheapest verified preemption plan for job, or None. Leaves the state unchanged."""
-    if not cands:
+    """The cheapest verified preemption plan for job among its allowed victims (allowed_jobs), or
+    None. Leaves the state unchanged. A plan that waits on one node for gangs already being evicted
+    (a preemptor waiting for its victims: most plans) comes from those gangs alone (_waiting_plan)."""
+    if not allowed:
         return None
-    return _Search(st, book, job, q, quota_gpus, req, weights, cands).run(pools)
+    args = (st, book, job, q, quota_gpus, req, weights)
+    plan = _waiting_plan(args, pools, allowed, now)
+    return plan if plan is not None else _Search(*args, victims(st.ix, allowed, now)).run(pools)
+
+
+def _waiting_plan(
+    args: tuple[CycleState, QuotaBook, Job, Queue, int, Request, Sequence[float]],
+    pools: Sequence[Pool],
+    allowed: Sequence[tuple[Job, bool]],
+    now: float,
+) -> Plan | None:
+    """_Search.run()'s plan when it waits on one node for gangs already leaving, found from them
+    alone: the other victims are not priced, sorted or bucketed; None when that is not sure. (The
+    estimates' work budget of run() cannot bind here: the guard below keeps it out of reach.)"""
+    st, book, _, q, quota_gpus, req, _ = args
+    ix = st.ix
+    if not req.demand.gpus or not book.admits(q, quota_gpus):
+        return None  # run() would add the cheapest quota victims first
+    leaving: list[Victim] = []
+    paying: set[int] = set()
+    for v, reclaim in allowed:
+        if v.key in ix.evicting:
+            leaving.append(victim_of(ix, v, now, reclaim))
+        else:
+            paying.update(n for n, _ in ix.job_nodes[v.key])
+    if not leaving or len(pools) * sum(len(ix.job_nodes[v.key]) for v, _ in allowed) >= ESTIMATE_BUDGET:
+        return None
+    leaving.sort()
+    return _Search(*args, leaving).waiting_on_one_node(pools, paying)
 
 
 def commit(

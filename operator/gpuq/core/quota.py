@@ -147,13 +147,14 @@ class QuotaBook:
         if not gpus and not models:
             return
         q = self.queues.get(queue)
-        if gpus and q is not None and q.cohort is not None:
-            lent, borrowed = self.lent(q), self.borrowed(q)
-            self.usage[queue] = self.usage.get(queue, 0) + gpus
-            self.cohort_lent[q.cohort] += self.lent(q) - lent
-            self.cohort_borrowed[q.cohort] += self.borrowed(q) - borrowed
-        else:
-            self.usage[queue] = self.usage.get(queue, 0) + gpus
+        old = self.usage.get(queue, 0)
+        new = self.usage[queue] = old + gpus
+        if gpus and q is not None and q.cohort is not None:  # lent() and borrowed() before and after
+            nominal = q.nominal_gpus
+            self.cohort_lent[q.cohort] += lendable(q, new) - lendable(q, old)
+            self.cohort_borrowed[q.cohort] += (new - nominal if new > nominal else 0) - (
+                old - nominal if old > nominal else 0
+            )
         if models:
             mu = self.model_usage.setdefault(queue, {})
             for m, g in models.items():
@@ -191,42 +192,56 @@ class QuotaBook:
 
     # ---- checks ---------------------------------------------------------------------------------
 
+    def admits(self, q: Queue, gpus: int) -> bool:
+        """check(q, gpus).ok without a reason to format (searches ask it for every set they try)."""
+        return self._refusal(q, self.used(q.name) + gpus) is None
+
+    def _refusal(self, q: Queue, after: int) -> PendingCode | None:
+        """Which rule refuses q using `after` GPUs (None: none does)."""
+        if q.cohort is None:
+            return None if after <= q.nominal_gpus else PendingCode.QUOTA_EXCEEDED
+        borrow_after = after - q.nominal_gpus if after > q.nominal_gpus else 0
+        if q.borrowing_limit_gpus is not None and borrow_after > q.borrowing_limit_gpus:
+            return PendingCode.BORROWING_LIMIT
+        # The cohort invariant must hold after the admission even when q stays within its nominal
+        # quota: GPUs q lent to peers are not free for q until they are reclaimed or released.
+        lent, peers_borrowed = self.cohort_lends(q)
+        if peers_borrowed + borrow_after > lent + lendable(q, after):
+            return PendingCode.COHORT_EXHAUSTED
+        return None
+
     def check(self, q: Queue, gpus: int) -> QuotaCheck:
         used = self.used(q.name)
         after = used + gpus
-        if q.cohort is None:
-            if after <= q.nominal_gpus:
-                return OK
-            return QuotaCheck(False, reason=f"{_in_use(q, used, gpus)} ({after} > {q.nominal_gpus})")
+        refusal = self._refusal(q, after)
         borrow_after = max(0, after - q.nominal_gpus)
-        if q.borrowing_limit_gpus is not None and borrow_after > q.borrowing_limit_gpus:
+        if refusal is None:
+            return OK if q.cohort is None else QuotaCheck(True, borrowed=min(gpus, borrow_after))
+        if refusal is PendingCode.QUOTA_EXCEEDED:
+            return QuotaCheck(False, reason=f"{_in_use(q, used, gpus)} ({after} > {q.nominal_gpus})")
+        if refusal is PendingCode.BORROWING_LIMIT:
             return QuotaCheck(
                 False,
                 reason=(
                     f"{_in_use(q, used, gpus)}, {borrow_after} above its nominal, but its borrowing "
                     f"limit is {q.borrowing_limit_gpus}"
                 ),
-                code=PendingCode.BORROWING_LIMIT,
+                code=refusal,
             )
-        # The cohort invariant must hold after the admission even when q stays within its nominal
-        # quota: GPUs q lent to peers are not free for q until they are reclaimed or released.
         lent, peers_borrowed = self.cohort_lends(q)
-        lent_after = lendable(q, after)
-        if peers_borrowed + borrow_after > lent + lent_after:
-            if borrow_after == 0:
-                reason = (
-                    f"queue {q.name} would use {after} GPUs with this job, within its nominal quota of "
-                    f"{q.nominal_gpus}, but cohort {q.cohort} peers borrow {peers_borrowed} of its lent "
-                    "GPUs; waiting for them to be reclaimed or released"
-                )
-            else:
-                free = max(0, lent - peers_borrowed)
-                reason = (
-                    f"{_in_use(q, used, gpus)}, {borrow_after} above its nominal, and cohort {q.cohort} "
-                    f"lends {free}"
-                )
-            return QuotaCheck(False, reason=reason, code=PendingCode.COHORT_EXHAUSTED)
-        return QuotaCheck(True, borrowed=min(gpus, borrow_after))
+        if borrow_after == 0:
+            reason = (
+                f"queue {q.name} would use {after} GPUs with this job, within its nominal quota of "
+                f"{q.nominal_gpus}, but cohort {q.cohort} peers borrow {peers_borrowed} of its lent "
+                "GPUs; waiting for them to be reclaimed or released"
+            )
+        else:
+            free = max(0, lent - peers_borrowed)
+            reason = (
+                f"{_in_use(q, used, gpus)}, {borrow_after} above its nominal, and cohort {q.cohort} "
+                f"lends {free}"
+            )
+        return QuotaCheck(False, reason=reason, code=refusal)
 
     def model_headroom(self, q: Queue) -> dict[str, int]:
         """GPUs left per quota'd model (models without a model quota are absent: unlimited)."""

@@ -914,8 +914,9 @@ class _Cycle:
         else:
             allowed = []
         if allowed and preemption.room_for(st, allowed, d, req.replicas, tiers[-1]):
-            cands = preemption.victims(self.ix, allowed, self.now)
-            plan = preemption.search(st, book, job, q, quota_gpus, req, tiers[-1], self.weights, cands)
+            plan = preemption.search(
+                st, book, job, q, quota_gpus, req, tiers[-1], self.weights, allowed, self.now
+            )
         if plan is None:
             self.preempt_fail[memo_key] = st.gives
             self.searched_queues.add(q.name)
@@ -1039,7 +1040,7 @@ class _Cycle:
             gpus = sum(k for _, k in ix.job_nodes[key]) * ix.demand[key].gpus
             models = dict(ix.job_models[key])
             headroom = book.model_headroom(q)
-            if not book.check(q, gpus).ok or any(g > headroom.get(m, g) for m, g in models.items()):
+            if not book.admits(q, gpus) or any(g > headroom.get(m, g) for m, g in models.items()):
                 continue
             book.add(q.name, gpus, models)
             self.abandons.append(

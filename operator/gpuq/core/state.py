@@ -73,13 +73,14 @@ class CycleState:
         if gpus < 0 or cpu < 0 or mem < 0 or (extra and any(v < 0 for _, v in extra)):
             self.gives += 1
         if self.journal is not None:
-            neg = tuple((k, -v) for k, v in extra)
+            neg = tuple((k, -v) for k, v in extra) if extra else ()
             self.journal.append(lambda: self.delta(n, -gpus, -cpu, -mem, neg))
 
     def use(self, n: int, d: Demand, k: int) -> None:
         """Take k workers of d on node n (negative k gives them back)."""
-        if k:
-            self.delta(n, d.gpus * k, d.cpu * k, d.mem * k, tuple((x, v * k) for x, v in d.extra))
+        if k:  # (most demands have no extended resources: no tuple to build)
+            extra = tuple((x, v * k) for x, v in d.extra) if d.extra else ()
+            self.delta(n, d.gpus * k, d.cpu * k, d.mem * k, extra)
 
     def use_all(self, placed: Sequence[tuple[int, int]], d: Demand, sign: int) -> None:
         for n, k in placed:
