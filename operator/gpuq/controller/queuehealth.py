@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuq.core.model import Queue
-from gpuq.core.quota import lendable
+from gpuq.core.quota import borrowing, lendable
 
 
 def cannot_admit(q: Queue, queues: Mapping[str, Queue]) -> str | None:
@@ -54,7 +54,7 @@ def over_quotas(queues: Mapping[str, Queue], usage: Mapping[str, int]) -> dict[s
     for p in queues.values():
         if p.cohort is not None:
             used = usage.get(p.name, 0)
-            borrowed_in[p.cohort] = borrowed_in.get(p.cohort, 0) + max(0, used - p.nominal_gpus)
+            borrowed_in[p.cohort] = borrowed_in.get(p.cohort, 0) + borrowing(p, used)
             lent_in[p.cohort] = lent_in.get(p.cohort, 0) + lendable(p, used)
     out = {}
     for name, q in queues.items():

@@ -36,6 +36,12 @@ class QuotaCheck:
 OK = QuotaCheck(True)
 
 
+def borrowing(q: Queue, used: int) -> int:
+    """GPUs q borrows from its cohort while it uses `used`: what it uses above its nominal quota."""
+    over = used - q.nominal_gpus
+    return over if over > 0 else 0
+
+
 def lendable(q: Queue, used: int) -> int:
     """GPUs q lends to its cohort while it uses `used`: its unused nominal, up to its lending limit."""
     unused = q.nominal_gpus - used
@@ -57,7 +63,7 @@ def lent_out(queues: Iterable[Queue], usage: Mapping[str, int]) -> dict[str, int
             cohorts.setdefault(q.cohort, []).append(q)
     out: dict[str, int] = {}
     for members in cohorts.values():
-        borrowed = sum(max(0, usage.get(q.name, 0) - q.nominal_gpus) for q in members)
+        borrowed = sum(borrowing(q, usage.get(q.name, 0)) for q in members)
         lends = {q.name: lendable(q, usage.get(q.name, 0)) for q in members}
         total = sum(lends.values())
         share = {n: min(lent, borrowed * lent // total) if total else 0 for n, lent in lends.items()}
@@ -75,8 +81,8 @@ def lent_out(queues: Iterable[Queue], usage: Mapping[str, int]) -> dict[str, int
 
 def fair_share(q: Queue, used: int) -> float:
     """share(q) = borrowed / weight: the lowest goes first among heads that need to borrow."""
-    over = used - q.nominal_gpus
-    if over <= 0:
+    over = borrowing(q, used)
+    if not over:
         return 0.0
     return over / q.weight if q.weight > 0 else over * 1e9
 
@@ -150,11 +156,8 @@ class QuotaBook:
         old = self.usage.get(queue, 0)
         new = self.usage[queue] = old + gpus
         if gpus and q is not None and q.cohort is not None:  # lent() and borrowed() before and after
-            nominal = q.nominal_gpus
             self.cohort_lent[q.cohort] += lendable(q, new) - lendable(q, old)
-            self.cohort_borrowed[q.cohort] += (new - nominal if new > nominal else 0) - (
-                old - nominal if old > nominal else 0
-            )
+            self.cohort_borrowed[q.cohort] += borrowing(q, new) - borrowing(q, old)
         if models:
             mu = self.model_usage.setdefault(queue, {})
             for m, g in models.items():
@@ -168,8 +171,7 @@ class QuotaBook:
         return self.usage.get(queue, 0)
 
     def borrowed(self, q: Queue) -> int:
-        over = self.usage.get(q.name, 0) - q.nominal_gpus
-        return over if over > 0 else 0
+        return borrowing(q, self.usage.get(q.name, 0))
 
     def lent(self, q: Queue) -> int:
         """GPUs q currently lends to its cohort."""
@@ -200,7 +202,7 @@ class QuotaBook:
         """Which rule refuses q using `after` GPUs (None: none does)."""
         if q.cohort is None:
             return None if after <= q.nominal_gpus else PendingCode.QUOTA_EXCEEDED
-        borrow_after = after - q.nominal_gpus if after > q.nominal_gpus else 0
+        borrow_after = borrowing(q, after)
         if q.borrowing_limit_gpus is not None and borrow_after > q.borrowing_limit_gpus:
             return PendingCode.BORROWING_LIMIT
         # The cohort invariant must hold after the admission even when q stays within its nominal
@@ -214,7 +216,7 @@ class QuotaBook:
         used = self.used(q.name)
         after = used + gpus
         refusal = self._refusal(q, after)
-        borrow_after = max(0, after - q.nominal_gpus)
+        borrow_after = borrowing(q, after)
         if refusal is None:
             return OK if q.cohort is None else QuotaCheck(True, borrowed=min(gpus, borrow_after))
         if refusal is PendingCode.QUOTA_EXCEEDED:

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpuq.api.trainingjob import PLACED_PHASES, Phase
 from gpuq.controller.objects import JobEntry
-from gpuq.core.quota import fair_share, lendable, lent_out
+from gpuq.core.quota import borrowing, fair_share, lendable, lent_out
 from gpuq.ctl.state import State
 
 WAITING = (Phase.QUEUED, Phase.PREEMPTED, Phase.RECOVERING, None)
@@ -41,7 +41,7 @@ def queue_rows(state: State) -> list[dict[str, Any]]:
                 "cohort": spec.cohort if spec else None,
                 "nominal": q.nominal_gpus if q else None,
                 "used": used,
-                "borrowed": max(0, used - q.nominal_gpus) if q else 0,
+                "borrowed": borrowing(q, used) if q else 0,
                 "lent": lent.get(name, 0),
                 "lendable": lendable(q, used) if q and q.cohort else 0,
                 "borrowingLimit": q.borrowing_limit_gpus if q else None,
