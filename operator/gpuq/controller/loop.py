@@ -34,6 +34,7 @@ from gpuq.controller.metrics import (
     PendingFigures,
     preemption_reason,
     queue_figures,
+    unchanged,
 )
 from gpuq.controller.objects import JobEntry, QueueEntry, format_time, newer
 from gpuq.controller.preemption import STOP_SUSPEND, Eviction, PreemptionLog, PreemptionTracker
@@ -134,17 +135,24 @@ class _Generations(Mapping[str, int]):
         return len(self._jobs)
 
 
-def _queue_conditions(
-    q: QueueEntry, cores: Mapping[str, Queue], over: Mapping[str, queuehealth.OverQuota], now: float
-) -> list[Condition]:
-    """The queue's conditions after a cycle (`cores`: every valid queue as the core saw it; `over`:
-    the queues holding more than their quota allows, by queuehealth.over_quotas)."""
+def _cannot_admit(q: QueueEntry, cores: Mapping[str, Queue]) -> str | None:
+    """queuehealth.cannot_admit for a valid queue as the core saw it (`cores`: every valid queue)."""
     core = cores.get(q.name)
-    if q.spec is None or core is None:
+    return queuehealth.cannot_admit(core, cores) if q.spec is not None and core is not None else None
+
+
+def _queue_conditions(
+    q: QueueEntry,
+    cores: Mapping[str, Queue],
+    cannot_admit: str | None,
+    over: Mapping[str, queuehealth.OverQuota],
+    now: float,
+) -> list[Condition]:
+    """The queue's conditions after a cycle (`cannot_admit`: _cannot_admit's answer; `over`: the
+    queues holding more than their quota allows, by queuehealth.over_quotas)."""
+    if q.spec is None or q.name not in cores:
         return st.queue_conditions(q.status.conditions, q.error or "invalid spec", None, None, now)
-    return st.queue_conditions(
-        q.status.conditions, None, queuehealth.cannot_admit(core, cores), over.get(q.name), now
-    )
+    return st.queue_conditions(q.status.conditions, None, cannot_admit, over.get(q.name), now)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -188,10 +196,10 @@ class SchedulingLoop:
         self._refreshed_at: dict[str, float] = {}
         self._blocked_again: set[str] = set()  # jobs kept out whose status write waits for a slot
         self._queues_seen: dict[str, tuple[Any, ...]] = {}  # what each queue's last status was made of
-        # Last cycle's classification of each pending job's status (intents.pending_change), kept
-        # while the job's entry and the core's decision about it are the same: most waiting jobs
-        # change neither from one cycle to the next.
-        self._explained: dict[str, _Explained] = {}  # what each queue's Pendings gave (_explain_waiting)
+        # What each queue's Pendings gave the last explaining cycle (_explain_waiting): each job's
+        # status classification (intents.pending_change), kept while the job's entry and its
+        # Pending are the same: most waiting jobs change neither from one cycle to the next.
+        self._explained: dict[str, _Explained] = {}
         self._changed_since_explained: set[str] | None = None  # jobs (None: all; _note_changed)
         self._cosmetic = TokenBucket(COSMETIC_WRITES_PER_SECOND, int(COSMETIC_WRITES_PER_SECOND * 4))
         self._disrupted: frozenset[tuple[str, bool]] = frozenset()
@@ -803,9 +811,9 @@ class SchedulingLoop:
         gave then (with 1,000 queues and 35,000 jobs waiting, most of them every time)."""
         refresh: list[tuple[int, str, JobEntry, Pending]] = []
         kept: dict[str, _Explained] = {}
-        for queue, chunk in d.pending_by_queue or (("", d.pending),):
+        for queue, chunk in d.pending_queues():
             last = self._explained.get(queue)
-            if last is None or last.chunk is not chunk or not last.quiet or dirty is None or queue in dirty:
+            if last is None or not last.quiet or not unchanged(queue, chunk, last.chunk, dirty):
                 last = self._explain_chunk(chunk, now, last)
             kept[queue] = last
             refresh += last.refresh
@@ -927,8 +935,8 @@ class SchedulingLoop:
         recent = self.preemption_log.recent(now)
         for name, q in self.cache.queues.items():
             used, borrowed = d.queue_usage.get(name, 0), d.queue_borrowed.get(name, 0)
-            core = cores.get(name)
             times = recent.get(name, ())
+            blocked = _cannot_admit(q, cores)  # it reads its cohort-mates' quotas too
             seen = (
                 q,
                 used,
@@ -937,11 +945,11 @@ class SchedulingLoop:
                 admitted.get(name, 0),
                 over.get(name),
                 times,
-                queuehealth.cannot_admit(core, cores) if core is not None else None,  # cohort-mates'
+                blocked,
             )
             if not recheck and self._queues_seen.get(name) == seen:
                 continue
-            conditions = _queue_conditions(q, cores, over, now)
+            conditions = _queue_conditions(q, cores, blocked, over, now)
             patch = st.patch(
                 q.status,
                 used_gpus=used,

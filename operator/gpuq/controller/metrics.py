@@ -115,6 +115,15 @@ def _merge(counts: PendingCounts, oldest: PendingCounts, part: tuple[PendingCoun
             oldest[k] = since
 
 
+def unchanged(
+    queue: str, chunk: tuple[Pending, ...], last: tuple[Pending, ...], dirty: set[str] | None
+) -> bool:
+    """Whether what an explaining cycle derived from a queue's Pendings (`last`) holds for `chunk`:
+    the core gave the very same tuple (nothing they are made of changed) and the queue is not
+    `dirty` (no job of it changed or has a write in flight since; None: every queue is)."""
+    return chunk is last and dirty is not None and queue not in dirty
+
+
 class PendingFigures:
     """What the pending gauges show, straight from a cycle's decisions: jobs per (queue, reason),
     and per queue the oldest queued_since (`pending_jobs` without a record per job). Kept queue by
@@ -137,9 +146,9 @@ class PendingFigures:
         counts: PendingCounts = {}
         oldest: PendingCounts = {}
         kept: dict[str, tuple[tuple[Pending, ...], tuple[PendingCounts, PendingCounts]]] = {}
-        for queue, chunk in d.pending_by_queue or (("", d.pending),):
+        for queue, chunk in d.pending_queues():
             last = self._kept.get(queue)
-            if last is None or last[0] is not chunk or dirty is None or queue in dirty:
+            if last is None or not unchanged(queue, chunk, last[0], dirty):
                 part: tuple[PendingCounts, PendingCounts] = ({}, {})
                 _add_figures(*part, ((p.job, p.code or "Pending") for p in chunk), jobs)
                 last = (chunk, part)

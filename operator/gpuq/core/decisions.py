@@ -107,3 +107,7 @@ class Decisions:
     # explaining cycle when nothing it is made of changed, so the shell can skip what it derived
     # from it then (empty from cores that do not group them: the shell reads `pending` alone).
     pending_by_queue: tuple[tuple[str, tuple[Pending, ...]], ...] = ()
+
+    def pending_queues(self) -> tuple[tuple[str, tuple[Pending, ...]], ...]:
+        """`pending_by_queue`, or all of `pending` as one group from a core that does not group."""
+        return self.pending_by_queue or (("", self.pending),)
