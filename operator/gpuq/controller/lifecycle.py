@@ -11,16 +11,16 @@ victim's pods are gone, and clean-up of pods left over from earlier attempts. Ea
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuq.api.meta import Condition
-from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, Phase
+from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, CheckpointReport, Phase
 from gpuq.controller import record
 from gpuq.controller import status as st
 from gpuq.controller.intents import admit_status, all_workers
-from gpuq.controller.objects import JobEntry, PodEntry, newer, parse_time
+from gpuq.controller.objects import TERMINAL_POD_PHASES, JobEntry, PodEntry, newer, parse_time
 from gpuq.core.config import FailoverConfig
 from gpuq.core.failover import backoff_seconds
 
@@ -240,14 +240,62 @@ def requeue_rejected(
     return Plan(job.key, status, (st.warning("AdmissionRejected", msg),), live)
 
 
-def _checkpoint_fields(job: JobEntry, pods: Sequence[PodEntry], now: float) -> dict[str, Any]:
-    """The latest checkpoint report: the job's own annotation and its current attempt's pods (a pod
-    of an older attempt is fenced off: see docs/failover.md, "Fencing")."""
+@dataclass(slots=True)
+class _Workers:
+    """What the transitions read of a job's pods, found in one pass (a term's first cycle looks at
+    every job's: 100,000 pods at 10,000 nodes)."""
+
+    current: list[PodEntry]  # of the attempt the status records
+    stale: tuple[str, ...]  # live, not being deleted, and no worker of the placed attempt
+    any_live: bool
+    reported: CheckpointReport | None  # the newest checkpoint a current worker reported
+    requested: tuple[str, ...]  # live, not being deleted, and asked to checkpoint
+
+
+def _survey(job: JobEntry, pods: Sequence[PodEntry]) -> _Workers:
+    attempt = job.status.attempt
+    placed = job.status.phase in PLACED_PHASES
+    current: list[PodEntry] = []
+    stale: list[str] = []
+    requested: list[str] = []
+    any_live = False
+    reported: CheckpointReport | None = None
+    for p in pods:
+        if p.attempt == attempt:
+            current.append(p)
+            if p.checkpoint is not None:
+                # A pod of an older attempt is fenced off (docs/failover.md, "Fencing").
+                reported = newer(reported, p.checkpoint)
+        if p.phase in TERMINAL_POD_PHASES:
+            continue
+        any_live = True
+        if p.deleting:
+            continue
+        if not placed or p.attempt != attempt:
+            stale.append(p.key)
+        if p.checkpoint_requested:
+            requested.append(p.key)
+    return _Workers(current, tuple(stale), any_live, reported, tuple(requested))
+
+
+def _ranks_state(workers: Iterable[PodEntry]) -> tuple[bool, bool, bool]:
+    """(some worker is not bound, every worker succeeded, every worker runs or succeeded), in one
+    pass (a first cycle asks for every placed job's)."""
+    unbound, succeeded, running = False, True, True
+    for p in workers:
+        if p.node_name is None:
+            unbound = True
+        if p.phase != "Succeeded":
+            succeeded = False
+            if p.phase != "Running":
+                running = False
+    return unbound, succeeded, running
+
+
+def _checkpoint_fields(job: JobEntry, workers: _Workers, now: float) -> dict[str, Any]:
+    """The latest checkpoint report: the job's own annotation and its current attempt's pods."""
     fields: dict[str, Any] = {}
-    best = newer(job.status.last_checkpoint, job.checkpoint)
-    for pod in pods:
-        if pod.checkpoint is not None and pod.attempt == job.status.attempt:
-            best = newer(best, pod.checkpoint)
+    best = newer(newer(job.status.last_checkpoint, job.checkpoint), workers.reported)
     if best is not None and best != job.status.last_checkpoint:
         fields["last_checkpoint"] = best
     conds = job.status.conditions
@@ -277,22 +325,22 @@ class Recording:
     status_delay: float = record.ADMITTED_STATUS_DELAY  # wait for Running before saying Admitted
 
 
+UNNOTED = Recording()  # a gang with no admission in flight in this operator
+
+
 def observe(
-    job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig, rec: Recording = Recording()
+    job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig, rec: Recording = UNNOTED
 ) -> Plan:
     """The transition (if any) that the job's pods and status call for right now."""
-    plan = _transition(job, pods, now, cfg, rec)
-    if job.parked and job.status.phase not in PLACED_PHASES and not any(p.live for p in pods):
+    workers = _survey(job, pods)
+    plan = _transition(job, pods, workers, now, cfg, rec)
+    if job.parked and job.status.phase not in PLACED_PHASES and not workers.any_live:
         plan = dataclasses.replace(plan, resume_owner=True)  # evicted, its workers gone
     if job.status.preemption is not None and job.status.phase in PLACED_PHASES:
         return plan
     # No preemption in progress: a checkpoint request left on a live worker is stale (e.g. from an
     # operator that stopped mid-preemption); training code would otherwise checkpoint forever.
-    stale_request = tuple(
-        p.key
-        for p in pods
-        if p.checkpoint_requested and p.live and not p.deleting and p.key not in plan.delete_pods
-    )
+    stale_request = tuple(key for key in workers.requested if key not in plan.delete_pods)
     return dataclasses.replace(plan, clear_checkpoint_request=stale_request) if stale_request else plan
 
 
@@ -337,7 +385,12 @@ def _owner_ended(job: JobEntry, outcome: str, now: float) -> Plan:
 
 
 def _transition(
-    job: JobEntry, pods: Sequence[PodEntry], now: float, cfg: FailoverConfig, rec: Recording
+    job: JobEntry,
+    pods: Sequence[PodEntry],
+    workers: _Workers,
+    now: float,
+    cfg: FailoverConfig,
+    rec: Recording,
 ) -> Plan:
     s = job.status
     if job.ended is not None and s.phase not in FINISHED_PHASES:
@@ -359,20 +412,19 @@ def _transition(
         )
 
     spec = job.spec
-    checkpoint = _checkpoint_fields(job, pods, now)
+    checkpoint = _checkpoint_fields(job, workers, now)
     events = (
         (st.warning("CheckpointReportInvalid", job.checkpoint_error),)
         if ("conditions" in checkpoint and job.checkpoint_error)
         else ()
     )
     extra = _abandoned_preemption(job, checkpoint)
-    current = [p for p in pods if p.attempt == s.attempt]
+    current, stale = workers.current, workers.stale
     placed = s.phase in PLACED_PHASES
-    stale = tuple(p.key for p in pods if p.live and not p.deleting and (not placed or p.attempt != s.attempt))
 
     if s.phase in FINISHED_PHASES:
         return Plan(job.key, st.patch(s, **extra), events, stale)
-    if s.phase == Phase.PREEMPTED and not any(p.live for p in pods):
+    if s.phase == Phase.PREEMPTED and not workers.any_live:
         msg = "requeued after preemption"
         return Plan(job.key, st.patch(s, phase=Phase.QUEUED, message=msg, **extra), events)
     if not placed:
@@ -383,7 +435,8 @@ def _transition(
 
     # Admitted or Running: look at the current attempt's workers.
     by_rank = {p.rank: p for p in current if p.rank is not None}
-    failed = sorted((p for p in current if p.phase == "Failed"), key=lambda p: p.rank or 0)
+    failed = [p for p in current if p.phase == "Failed"]
+    failed.sort(key=lambda p: p.rank or 0)
     rejected = [p for p in failed if rejected_by_kubelet(p)]
     if rejected and s.phase == Phase.ADMITTED:
         plan = requeue_rejected(job, pods, rejected[0], now, cfg)
@@ -414,15 +467,16 @@ def _transition(
         why = f"worker rank {vanished[0]} was deleted or evicted"
         plan = fail_or_restart(job, pods, why, now, cfg, event_reason="WorkerLost")
         return Plan(plan.job, {**st.patch(s, **extra), **plan.status}, plan.events, plan.delete_pods)
-    if vanished or any(p.node_name is None for p in by_rank.values()):
+    unbound, succeeded, running = _ranks_state(by_rank.values())
+    if vanished or unbound:
         return Plan(job.key, st.patch(s, **extra), events, stale, complete_admission=True)
-    if all(p.phase == "Succeeded" for p in by_rank.values()):
+    if succeeded:
         msg = _succeeded_message(spec.workers.replicas)
         status = st.patch(
             s, phase=Phase.SUCCEEDED, message=msg, finished_at=st.when(now), rejections=0, **extra
         )
         return Plan(job.key, status, (*events, st.normal("Succeeded", msg)), stale)
-    if s.phase == Phase.ADMITTED and all(p.phase in ("Running", "Succeeded") for p in by_rank.values()):
+    if s.phase == Phase.ADMITTED and running:
         msg = all_workers(spec.workers.replicas, "running")
         status = st.patch(s, phase=Phase.RUNNING, message=msg, started_at=st.when(now), rejections=0, **extra)
         return Plan(job.key, status, events, stale)  # no Event: the phase says it, and it saves a write

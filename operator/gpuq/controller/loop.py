@@ -534,7 +534,7 @@ class SchedulingLoop:
                 self._observe_again.add(key)
                 continue
             a = self.cache.assumed.get(key)
-            rec = lifecycle.Recording(a.note, a.status_delay) if a is not None else lifecycle.Recording()
+            rec = lifecycle.Recording(a.note, a.status_delay) if a is not None else lifecycle.UNNOTED
             pods = self.cache.pods_of(key, job.uid)
             if (
                 a is not None

@@ -29,6 +29,8 @@ def parse_time(value: Any) -> float | None:
     """RFC 3339 string (or epoch number) -> epoch seconds; None when absent or unparsable."""
     if value is None:
         return None
+    if type(value) is datetime:  # the common case first: a parsed status time (a first cycle has 15,000)
+        return value.timestamp()
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, datetime):

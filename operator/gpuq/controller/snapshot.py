@@ -8,8 +8,8 @@ restart back-off expiring) so the loop can sleep until then instead of polling.
 
 from __future__ import annotations
 
-import functools
 import heapq
+import math
 import os
 from bisect import bisect_left
 from collections import Counter
@@ -31,7 +31,7 @@ from gpuq.api.trainingjob import (
 )
 from gpuq.controller import selectors
 from gpuq.controller.cache import Assumed, ClusterCache
-from gpuq.controller.objects import JobEntry, newer, parse_time, queued_since
+from gpuq.controller.objects import JobEntry, QueueEntry, newer, parse_time, queued_since
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
@@ -272,23 +272,31 @@ def _shape_key(w: Workers) -> bytes | str:
 def _ranked(entries: Sequence[PlacementEntry]) -> tuple[str, ...]:
     if not entries:
         return ()
-    return tuple(p.node for p in sorted(entries, key=_RANK))
+    return tuple([p.node for p in sorted(entries, key=_RANK)])
 
 
-@functools.lru_cache(maxsize=256)
+_REQUESTS: dict[tuple[str | None, TopologyMode], TopologyRequest] = {}
+
+
 def _topology_request(level: str | None, mode: TopologyMode) -> TopologyRequest:
-    return TopologyRequest(level, mode)  # one object per distinct request, not one per job
+    """One object per distinct request, not one per job (a dict: lru_cache's call costs more)."""
+    request = _REQUESTS.get((level, mode))
+    if request is None:
+        if len(_REQUESTS) >= 256:
+            _REQUESTS.clear()
+        request = _REQUESTS[level, mode] = TopologyRequest(level, mode)
+    return request
 
 
-def _stop(job: JobEntry, cache: ClusterCache) -> str:
-    """Why the job must not hold GPUs though nobody preempts it ("" when it may)."""
+def _stop(job: JobEntry, queue: GPUQueueSpec | None) -> str:
+    """Why the job must not hold GPUs though nobody preempts it ("" when it may); `queue`: its
+    queue's spec (None: missing or invalid)."""
     spec = job.spec
     if spec is None:
         return ""
     if spec.suspend:
         return STOP_SUSPEND
-    queue = cache.queues.get(spec.queue)
-    if queue is not None and queue.spec is not None and queue.spec.stop_policy is StopPolicy.HOLD_AND_DRAIN:
+    if queue is not None and queue.stop_policy is StopPolicy.HOLD_AND_DRAIN:
         # Only a placed job is drained; a queued one waits in the held queue (code Held).
         return STOP_DRAIN if job.status.phase in PLACED_PHASES else ""
     return ""
@@ -319,21 +327,21 @@ def gang_shortfall(job: JobEntry, cache: ClusterCache) -> Exclusion | None:
     return Exclusion(GANG_INCOMPLETE, msg)
 
 
-def holding(job: JobEntry, cache: ClusterCache, evicting: frozenset[str] = frozenset()) -> Holding | None:
-    """The placement a job holds: an admission in flight (assumed), the one its status records, a
-    gang created before its status (an operator stopped in between), or, for a preemption victim
-    whose pods are still leaving, the one it had."""
+def holding(
+    job: JobEntry, assumed: Assumed | None, gang: tuple[str, ...] | None, evicting: bool
+) -> Holding | None:
+    """The placement a job holds: an admission in flight (`assumed`), the one its status records, a
+    gang created before its status (`gang`: unrecorded_gang's answer; an operator stopped in
+    between), or, for a preemption victim whose pods are still leaving, the one it had."""
     gpus = job.spec.workers.gpus_per_worker if job.spec is not None else 0
-    assumed = cache.assumed.get(job.key)
     if assumed is not None:
         return Holding(assumed.attempt, assumed.placement, gpus)
     s = job.status
     if s.phase in PLACED_PHASES and s.placement:
         return Holding(s.attempt, _ranked(s.placement), gpus)
-    gang = unrecorded_gang(job, cache)
     if gang is not None:
         return Holding(s.attempt + 1, gang, gpus)
-    if job.key in evicting and s.phase in (Phase.PREEMPTED, Phase.SUSPENDED) and s.previous_placement:
+    if evicting and s.phase in (Phase.PREEMPTED, Phase.SUSPENDED) and s.previous_placement:
         return Holding(s.attempt, _ranked(s.previous_placement), gpus)
     return None
 
@@ -388,7 +396,7 @@ class _Row:
     # The second half (after the nodes): valid for `sized` (total GPUs, largest node, any nodes)
     # until `until`.
     sized: tuple[int, int, bool] | None = None
-    until: float = float("inf")
+    until: float = math.inf
     too_big: Exclusion | None = None
     wake: float | None = None
 
@@ -607,8 +615,8 @@ class SnapshotBuilder:
             or m.gang != gang
             or m.waiting != waiting
         ):
-            hold = holding(job, cache, frozenset({job.key}) if evicting else frozenset())
-            exclusion = self._exclusion(job, cache, topo) if job.spec is not None else None
+            hold = holding(job, assumed, gang, evicting)
+            exclusion = self._exclusion(job, entry, labels or {}, topo) if job.spec is not None else None
             if exclusion is None and hold is None:
                 exclusion = gang_shortfall(job, cache)
             m = _JobMemo(job, assumed, evicting, queue, labels, hold, exclusion, gang, waiting)
@@ -755,7 +763,7 @@ class SnapshotBuilder:
         if key in k.candidates and row is not None:
             if row.sized != sized or now >= row.until:
                 self._size_row(cache.jobs[key], row, sized, now)
-                if row.until != float("inf"):
+                if row.until != math.inf:
                     heapq.heappush(k.expiring, (row.until, key))
             k.put("excluded", key, row.too_big)
             if row.too_big is None:
@@ -764,10 +772,9 @@ class SnapshotBuilder:
         else:
             k.wakes.pop(key, None)
         k.set_job(key, job, delta, removed)
-        entry = cache.jobs.get(key)
         if job is not None:
             k.count(key, (job.queue, "running" if job.running is not None else "waiting"))
-        elif key in k.excluded and entry is not None and entry.spec is not None:
+        elif key in k.excluded and (entry := cache.jobs.get(key)) is not None and entry.spec is not None:
             k.count(key, (entry.spec.queue, "excluded"))
         else:
             k.count(key, None)
@@ -801,7 +808,7 @@ class SnapshotBuilder:
             blocked = reason
         spec = job.spec
         assert spec is not None  # a job without one has a reason above
-        stop = _stop(job, cache)
+        stop = _stop(job, memo.queue[0] if memo.queue is not None else None)
         if stop and hold is None:
             return _Row(memo, excluded=Exclusion(SUSPENDED, SUSPENDED_MESSAGE))
         stopping = stop if hold is not None and stop and job.status.phase in PLACED_PHASES else ""
@@ -812,7 +819,7 @@ class SnapshotBuilder:
         nodes) at `now`: too big for it, or its core Job (and when it changes by time alone)."""
         memo, spec = row.memo, row.spec
         assert memo is not None and spec is not None
-        row.sized, row.until, row.too_big, row.wake = sized, float("inf"), None, None
+        row.sized, row.until, row.too_big, row.wake = sized, math.inf, None, None
         hold = memo.hold
         total_gpus, largest, any_nodes = sized
         if hold is None and any_nodes:
@@ -845,17 +852,19 @@ class SnapshotBuilder:
             return False
         return self._derive(job, job.spec)[2] is None
 
-    def _exclusion(self, job: JobEntry, cache: ClusterCache, topo: Topology) -> Exclusion | None:
+    def _exclusion(
+        self, job: JobEntry, queue: QueueEntry | None, labels: Mapping[str, str], topo: Topology
+    ) -> Exclusion | None:
+        """Why the job is kept out before placement is looked at: its queue (`queue`, its entry)
+        and its namespace's `labels`, its topology level, its template."""
         spec = job.spec
         assert spec is not None
-        queue = cache.queues.get(spec.queue)
         if queue is None:
             return Exclusion(
                 "QueueNotFound", f"GPUQueue {spec.queue!r} does not exist; the job waits until it does"
             )
         if queue.spec is None:
             return Exclusion("QueueInvalid", f"GPUQueue {spec.queue!r} is invalid: {queue.error}")
-        labels = cache.namespaces.get(job.namespace, {})
         if not selectors.matches(queue.spec.namespace_selector, labels):
             sel = queue.spec.namespace_selector
             assert sel is not None
@@ -881,7 +890,7 @@ class SnapshotBuilder:
         a gang admitted since count twice, as reserved and as other pods, until the next snapshot:
         the safe side, and their bindings wake that cycle."""
         ours = self._kept.nodes.ours
-        return lambda node: foreign_usage(cache, cache.pods_by_node.get(node, ()), ours).gpus
+        return lambda node: foreign_usage(cache.pods_by_node.get(node, {}).values(), ours).gpus
 
     def _verify(
         self,

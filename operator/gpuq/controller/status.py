@@ -135,7 +135,10 @@ def without_condition(conditions: Sequence[Condition], type_: str) -> list[Condi
 
 
 def condition(conditions: Sequence[Condition], type_: str) -> Condition | None:
-    return next((c for c in conditions if c.type == type_), None)
+    for c in conditions:  # a loop, not next(genexpr): asked per job, twice, in a first cycle
+        if c.type == type_:
+            return c
+    return None
 
 
 def is_true(conditions: Sequence[Condition], type_: str) -> bool:

@@ -270,7 +270,6 @@ def flap_damped_until(not_ready_times: Sequence[float], cfg: FailoverConfig) -> 
     None when it never flapped that often (the caller compares the result with its `now`).
     """
     n = cfg.node_flap_threshold
-    times = sorted(not_ready_times)
-    if n <= 0 or len(times) < n:
+    if n <= 0 or len(not_ready_times) < n:
         return None
-    return times[-n] + cfg.node_flap_window_seconds
+    return sorted(not_ready_times)[-n] + cfg.node_flap_window_seconds
