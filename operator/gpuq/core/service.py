@@ -43,11 +43,15 @@ def service_times(job: Job, rule: ServiceOrdering, moves: bool = False) -> tuple
     if running is None or not (rule.preempts or moves):
         return ()
     start = running.started_at
-    gpus = held_gpus(job)
-    times = [start + rule.min_run_seconds]
+    gpus = len(running.placement) * job.workers.gpus_per_worker
     if gpus > 0 and rule.preempts:
-        times.extend(start + (t - job.attained_gpu_seconds) / gpus for t in rule.thresholds_gpu_seconds)
-    return tuple(times)
+        # A list, not a generator: a first cycle asks for every running job's times, twice.
+        served = job.attained_gpu_seconds
+        return (
+            start + rule.min_run_seconds,
+            *[start + (t - served) / gpus for t in rule.thresholds_gpu_seconds],
+        )
+    return (start + rule.min_run_seconds,)
 
 
 # Seconds around a level or minimum-run time within which a kept entry is computed again: far above
