@@ -245,7 +245,8 @@ class _Workers:
     """What the transitions read of a job's pods, found in one pass (a term's first cycle looks at
     every job's: 100,000 pods at 10,000 nodes)."""
 
-    current: list[PodEntry]  # of the attempt the status records
+    by_rank: dict[int, PodEntry]  # the workers of the attempt the status records (the last pod of a rank)
+    failed: list[PodEntry]  # those workers (of any rank) that failed
     stale: tuple[str, ...]  # live, not being deleted, and no worker of the placed attempt
     any_live: bool
     reported: CheckpointReport | None  # the newest checkpoint a current worker reported
@@ -255,14 +256,18 @@ class _Workers:
 def _survey(job: JobEntry, pods: Sequence[PodEntry]) -> _Workers:
     attempt = job.status.attempt
     placed = job.status.phase in PLACED_PHASES
-    current: list[PodEntry] = []
+    by_rank: dict[int, PodEntry] = {}
+    failed: list[PodEntry] = []
     stale: list[str] = []
     requested: list[str] = []
     any_live = False
     reported: CheckpointReport | None = None
     for p in pods:
         if p.attempt == attempt:
-            current.append(p)
+            if p.rank is not None:
+                by_rank[p.rank] = p
+            if p.phase == "Failed":
+                failed.append(p)
             if p.checkpoint is not None:
                 # A pod of an older attempt is fenced off (docs/failover.md, "Fencing").
                 reported = newer(reported, p.checkpoint)
@@ -275,7 +280,7 @@ def _survey(job: JobEntry, pods: Sequence[PodEntry]) -> _Workers:
             stale.append(p.key)
         if p.checkpoint_requested:
             requested.append(p.key)
-    return _Workers(current, tuple(stale), any_live, reported, tuple(requested))
+    return _Workers(by_rank, failed, tuple(stale), any_live, reported, tuple(requested))
 
 
 def _ranks_state(workers: Iterable[PodEntry]) -> tuple[bool, bool, bool]:
@@ -419,7 +424,7 @@ def _transition(
         else ()
     )
     extra = _abandoned_preemption(job, checkpoint)
-    current, stale = workers.current, workers.stale
+    stale = workers.stale
     placed = s.phase in PLACED_PHASES
 
     if s.phase in FINISHED_PHASES:
@@ -434,9 +439,8 @@ def _transition(
         return Plan(job.key, st.patch(s, **extra), events, stale)
 
     # Admitted or Running: look at the current attempt's workers.
-    by_rank = {p.rank: p for p in current if p.rank is not None}
-    failed = [p for p in current if p.phase == "Failed"]
-    failed.sort(key=lambda p: p.rank or 0)
+    by_rank = workers.by_rank
+    failed = sorted(workers.failed, key=lambda p: p.rank or 0) if workers.failed else workers.failed
     rejected = [p for p in failed if rejected_by_kubelet(p)]
     if rejected and s.phase == Phase.ADMITTED:
         plan = requeue_rejected(job, pods, rejected[0], now, cfg)

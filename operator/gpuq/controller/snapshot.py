@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -270,9 +270,15 @@ def _shape_key(w: Workers) -> bytes | str:
 
 
 def _ranked(entries: Sequence[PlacementEntry]) -> tuple[str, ...]:
-    if not entries:
-        return ()
-    return tuple([p.node for p in sorted(entries, key=_RANK)])
+    """The nodes by rank. Ranks 0..n-1 once each (what gpuq writes) are put in place; anything else
+    is sorted (stable), which gives the same for those and keeps any other order as it was."""
+    nodes: list[str | None] = [None] * len(entries)
+    for p in entries:
+        r = p.rank
+        if not 0 <= r < len(nodes) or nodes[r] is not None:
+            return tuple([p.node for p in sorted(entries, key=_RANK)])
+        nodes[r] = p.node
+    return tuple(cast(list[str], nodes))  # every slot filled: ranks 0..n-1
 
 
 _REQUESTS: dict[tuple[str | None, TopologyMode], TopologyRequest] = {}
@@ -363,6 +369,9 @@ def _same_queue(a: _QueueKey | None, b: _QueueKey | None) -> bool:
     return a[0] is b[0] and a[1] == b[1]
 
 
+_Derived = tuple[WorkerSpec | None, Constraints | None, str | None]
+
+
 @dataclass(slots=True)
 class _JobMemo:
     """What the last build derived from a job, valid while the inputs it read are the same objects
@@ -377,6 +386,7 @@ class _JobMemo:
     exclusion: Exclusion | None
     gang: tuple[str, ...] | None = None  # unrecorded_gang when it was derived
     waiting: tuple[tuple[str, bool], ...] = ()  # _unclaimed when it was derived
+    derived: _Derived | None = None  # its workers' spec and constraints (or why they do not derive)
     job: Job | None = None
     job_args: tuple[float, float] | None = None  # (start fallback, notBefore) the Job was built with
 
@@ -616,10 +626,13 @@ class SnapshotBuilder:
             or m.waiting != waiting
         ):
             hold = holding(job, assumed, gang, evicting)
-            exclusion = self._exclusion(job, entry, labels or {}, topo) if job.spec is not None else None
+            derived = self._derive(job, job.spec) if job.spec is not None else None
+            exclusion = (
+                self._exclusion(job, entry, labels or {}, topo, derived[2]) if derived is not None else None
+            )
             if exclusion is None and hold is None:
                 exclusion = gang_shortfall(job, cache)
-            m = _JobMemo(job, assumed, evicting, queue, labels, hold, exclusion, gang, waiting)
+            m = _JobMemo(job, assumed, evicting, queue, labels, hold, exclusion, gang, waiting, derived)
             self._jobs[job.key] = m
         return m
 
@@ -735,13 +748,11 @@ class SnapshotBuilder:
             "stopping", key, row.stopping if hold is not None and row is not None and row.stopping else None
         )
         k.put("held", key, hold)
-        uid = job.uid if job is not None else ""
-        k.nodes.hold(
-            key,
-            k.placements.get(key),
-            ((uid, hold.attempt), hold.placement) if hold is not None else None,
+        placement = (
+            ((job.uid, hold.attempt), hold.placement) if hold is not None and job is not None else None
         )
-        _put(k.placements, key, ((uid, hold.attempt), hold.placement) if hold is not None else None)
+        k.nodes.hold(key, k.placements.get(key), placement)
+        _put(k.placements, key, placement)
         if candidate:
             k.candidates.add(key)
         else:
@@ -838,7 +849,8 @@ class SnapshotBuilder:
             row.until = now  # its Job reads the time: derived again every build
         args = (fallback if timeless else 0.0, not_before)
         if memo.job is None or memo.job_args != args:
-            workers, cons, _ = self._derive(job, spec)
+            assert memo.derived is not None  # a job with a spec
+            workers, cons, _ = memo.derived
             assert workers is not None and cons is not None  # _exclusion rejected bad templates
             memo.job = _job(job, spec, workers, cons, hold, fallback, not_before, memo.evicting, row.stops)
             memo.job_args = args
@@ -853,10 +865,16 @@ class SnapshotBuilder:
         return self._derive(job, job.spec)[2] is None
 
     def _exclusion(
-        self, job: JobEntry, queue: QueueEntry | None, labels: Mapping[str, str], topo: Topology
+        self,
+        job: JobEntry,
+        queue: QueueEntry | None,
+        labels: Mapping[str, str],
+        topo: Topology,
+        template_error: str | None,
     ) -> Exclusion | None:
         """Why the job is kept out before placement is looked at: its queue (`queue`, its entry)
-        and its namespace's `labels`, its topology level, its template."""
+        and its namespace's `labels`, its topology level, its template (`template_error`: why its
+        workers do not derive)."""
         spec = job.spec
         assert spec is not None
         if queue is None:
@@ -879,9 +897,8 @@ class SnapshotBuilder:
                 "UnknownTopologyLevel",
                 f"topology level {level!r} is not configured; levels are {', '.join(topo.levels)}",
             )
-        _, _, err = self._derive(job, spec)
-        if err is not None:
-            return Exclusion("InvalidPodTemplate", err)
+        if template_error is not None:
+            return Exclusion("InvalidPodTemplate", template_error)
         return None
 
     def foreign_gpus(self, cache: ClusterCache) -> Callable[[str], int]:
