@@ -96,7 +96,7 @@ class ClusterCache:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.assumed: dict[str, Assumed] = {}
         self.deleted_jobs: dict[str, str] = {}  # uid -> key of jobs seen deleted whose pods may linger
-        self._pods_by_job: dict[str, set[str]] = {}
+        self._pods_by_job: dict[str, dict[str, PodEntry]] = {}  # by key: entries, as pods_by_node
         # Each job's pods in key order, made when first asked after they changed (_touch): a cycle
         # asks for them several times per job (snapshot, lifecycle, writer).
         self._ordered_pods: dict[str, list[PodEntry]] = {}
@@ -441,12 +441,12 @@ class ClusterCache:
         if old == entry:
             return
         if old is not None and old.job != entry.job and old.job is not None:
-            self._pods_by_job.get(old.job, set()).discard(entry.key)
+            self._drop_from_job(old.job, entry.key)
             self._touch(old.job)
         self.pods[entry.key] = entry
         self._place(entry, old.node_name if old is not None else None, entry.node_name)
         if entry.job is not None:
-            self._pods_by_job.setdefault(entry.job, set()).add(entry.key)
+            self._pods_by_job.setdefault(entry.job, {})[entry.key] = entry
             self._touch(entry.job)
         self._changed()
 
@@ -462,12 +462,15 @@ class ClusterCache:
         self._place(entry, entry.node_name, None)
         if entry.job is not None:
             self._touch(entry.job)
-            members = self._pods_by_job.get(entry.job)
-            if members is not None:
-                members.discard(key)
-                if not members:
-                    del self._pods_by_job[entry.job]
+            self._drop_from_job(entry.job, key)
         self._changed()
+
+    def _drop_from_job(self, job: str, key: str) -> None:
+        members = self._pods_by_job.get(job)
+        if members is not None:
+            members.pop(key, None)
+            if not members:
+                del self._pods_by_job[job]
 
     def set_pod_node(self, key: str, node: str, attempt: int | None = None) -> None:
         """Record a binding the writer just made (the API returns no pod for a Binding), and the
@@ -515,8 +518,8 @@ class ClusterCache:
         """The job's pods in key order, kept until they change (_touch)."""
         pods = self._ordered_pods.get(job)
         if pods is None:
-            keys = sorted(self._pods_by_job.get(job, ()))
-            pods = [self.pods[k] for k in keys if k in self.pods]
+            members = self._pods_by_job.get(job)
+            pods = [members[k] for k in sorted(members)] if members else []
             if pods:  # none: nothing kept (a deleted job's key is asked about for a while)
                 self._ordered_pods[job] = pods
         return pods
