@@ -496,23 +496,24 @@ class ClusterCache:
         kept = self._claimed.get(job)
         if kept is not None and kept[0] == uid:
             return list(kept[1])
-        # One pass, and not p.unclaimed (a property call): a first cycle asks for 100,000 pods.
-        pods = [
-            p
-            for p in self._ordered(job)
-            if (uid is None or p.owner_uid == uid or p.owner_uid is None)
-            and (p.attempt is not None or p.node_name is not None)
-        ]
-        if pods:  # none: nothing kept, as in _all_pods_of
+        pods = self._pods(job, uid, unclaimed=False)
+        if pods:  # none: nothing kept, as in _ordered
             self._claimed[job] = (uid, tuple(pods))
         return pods
 
     def unclaimed_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
         """A gang's pods that its owner's controller created and no admission has bound yet."""
-        return [p for p in self._all_pods_of(job, uid) if p.unclaimed]
+        return self._pods(job, uid, unclaimed=True)
 
-    def _all_pods_of(self, job: str, uid: str | None) -> list[PodEntry]:
-        return [p for p in self._ordered(job) if uid is None or p.owner_uid in (uid, None)]
+    def _pods(self, job: str, uid: str | None, unclaimed: bool) -> list[PodEntry]:
+        """The job's pods in key order, of incarnation `uid` (None: any) and PodEntry.unclaimed or
+        not, in one pass without the property's call per pod (a first cycle asks for 100,000)."""
+        return [
+            p
+            for p in self._ordered(job)
+            if (uid is None or p.owner_uid in (uid, None))
+            and (p.attempt is None and p.node_name is None) is unclaimed
+        ]
 
     def _ordered(self, job: str) -> list[PodEntry]:
         """The job's pods in key order, kept until they change (_touch)."""

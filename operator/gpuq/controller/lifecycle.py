@@ -440,7 +440,7 @@ def _transition(
 
     # Admitted or Running: look at the current attempt's workers.
     by_rank = workers.by_rank
-    failed = sorted(workers.failed, key=lambda p: p.rank or 0) if workers.failed else workers.failed
+    failed = sorted(workers.failed, key=lambda p: p.rank or 0)
     rejected = [p for p in failed if rejected_by_kubelet(p)]
     if rejected and s.phase == Phase.ADMITTED:
         plan = requeue_rejected(job, pods, rejected[0], now, cfg)

@@ -8,6 +8,7 @@ restart back-off expiring) so the loop can sleep until then instead of polling.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import os
@@ -281,17 +282,9 @@ def _ranked(entries: Sequence[PlacementEntry]) -> tuple[str, ...]:
     return tuple(cast(list[str], nodes))  # every slot filled: ranks 0..n-1
 
 
-_REQUESTS: dict[tuple[str | None, TopologyMode], TopologyRequest] = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _topology_request(level: str | None, mode: TopologyMode) -> TopologyRequest:
-    """One object per distinct request, not one per job (a dict: lru_cache's call costs more)."""
-    request = _REQUESTS.get((level, mode))
-    if request is None:
-        if len(_REQUESTS) >= 256:
-            _REQUESTS.clear()
-        request = _REQUESTS[level, mode] = TopologyRequest(level, mode)
-    return request
+    return TopologyRequest(level, mode)  # one object per distinct request, not one per job
 
 
 def _stop(job: JobEntry, queue: GPUQueueSpec | None) -> str:
@@ -537,7 +530,7 @@ class SnapshotBuilder:
         self._changed_jobs: set[str] = set()  # filled by the cache (watch_jobs)
         self._touched_nodes: set[str] = set()  # filled by the cache (watch_nodes)
         self._derived: dict[str, tuple[int, str, WorkerSpec | None, Constraints | None, str | None]] = {}
-        self._shapes: dict[bytes | str, tuple[WorkerSpec | None, Constraints | None, str | None]] = {}
+        self._shapes: dict[bytes | str, _Derived] = {}
         self._jobs: dict[str, _JobMemo] = {}
         self._config: SchedulerConfig | None = None  # the memos hold for this config only
         self._queues: dict[str, tuple[GPUQueueSpec, int, Queue]] = {}  # name -> (spec, recent, core)
@@ -546,9 +539,7 @@ class SnapshotBuilder:
         self._gone: set[str] = set()  # jobs deleted since forget_missing last ran
         self._kept = _Kept()
 
-    def _derive(
-        self, job: JobEntry, spec: TrainingJobSpec
-    ) -> tuple[WorkerSpec | None, Constraints | None, str | None]:
+    def _derive(self, job: JobEntry, spec: TrainingJobSpec) -> _Derived:
         memo = self._derived.get(job.key)
         if memo is not None and memo[0] == job.generation and memo[1] == job.uid:
             return memo[2], memo[3], memo[4]

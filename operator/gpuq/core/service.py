@@ -43,7 +43,7 @@ def service_times(job: Job, rule: ServiceOrdering, moves: bool = False) -> tuple
     if running is None or not (rule.preempts or moves):
         return ()
     start = running.started_at
-    gpus = len(running.placement) * job.workers.gpus_per_worker
+    gpus = held_gpus(job)
     if gpus > 0 and rule.preempts:
         # A list, not a generator: a first cycle asks for every running job's times, twice.
         served = job.attained_gpu_seconds
