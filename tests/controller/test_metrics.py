@@ -22,9 +22,8 @@ from gpuq.controller.metrics import (
     PendingJob,
     QueueFigures,
     preemption_reason,
-    queued_since,
 )
-from gpuq.controller.objects import JobEntry, parse_job
+from gpuq.controller.objects import JobEntry, parse_job, queued_since
 from gpuq.core import SchedulerConfig
 from gpuq.core.decisions import Admit
 

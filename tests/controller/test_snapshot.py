@@ -497,18 +497,3 @@ def test_kept_rows_equal_a_fresh_build_through_random_changes() -> None:
             now += rng.choice([0.0, 3.0, 20.0])
         view = kept.build(cache, now, CFG, evicting)
         assert view == SnapshotBuilder().build(cache, now, CFG, evicting), f"step {step}, op {op}"
-
-
-def test_a_placement_is_read_by_rank_whatever_order_or_ranks_it_has() -> None:
-    from gpuq.api.trainingjob import PlacementEntry
-    from gpuq.controller.snapshot import _ranked
-
-    def entries(*pairs: tuple[int, str]) -> list[PlacementEntry]:
-        return [PlacementEntry(rank=r, node=n) for r, n in pairs]
-
-    assert _ranked([]) == ()
-    assert _ranked(entries((0, "a"), (1, "b"), (2, "c"))) == ("a", "b", "c")
-    assert _ranked(entries((2, "c"), (0, "a"), (1, "b"))) == ("a", "b", "c")
-    # Not ranks 0..n-1 once each (an edited status): sorted by rank, ties kept in their order.
-    assert _ranked(entries((3, "d"), (1, "b"))) == ("b", "d")
-    assert _ranked(entries((1, "x"), (0, "a"), (1, "y"))) == ("a", "x", "y")

@@ -11,7 +11,7 @@ victim's pods are gone, and clean-up of pods left over from earlier attempts. Ea
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from gpuq.api.trainingjob import FINISHED_PHASES, PLACED_PHASES, CheckpointRepor
 from gpuq.controller import record
 from gpuq.controller import status as st
 from gpuq.controller.intents import admit_status, all_workers
-from gpuq.controller.objects import TERMINAL_POD_PHASES, JobEntry, PodEntry, newer, parse_time
+from gpuq.controller.objects import TERMINAL_POD_PHASES, JobEntry, PodEntry, newer
 from gpuq.core.config import FailoverConfig
 from gpuq.core.failover import backoff_seconds
 
@@ -61,7 +61,7 @@ def ran_gpu_seconds(job: JobEntry, now: float) -> float:
     attempt is counted once however many evictions overlap."""
     if job.spec is None or not job.status.placement:
         return 0.0
-    started = parse_time(job.status.started_at) or parse_time(job.status.admitted_at)
+    started = job.facts.started_at
     if started is None:
         return 0.0
     w = job.spec.workers
@@ -72,7 +72,7 @@ def lost_gpu_seconds(job: JobEntry, now: float) -> float:
     """GPU-seconds run since the later of the attempt's start and the last checkpoint."""
     if job.spec is None:
         return 0.0
-    started = parse_time(job.status.started_at) or parse_time(job.status.admitted_at)
+    started = job.facts.started_at
     if started is None:
         return 0.0
     ckpt = job.status.last_checkpoint
@@ -283,18 +283,26 @@ def _survey(job: JobEntry, pods: Sequence[PodEntry]) -> _Workers:
     return _Workers(by_rank, failed, tuple(stale), any_live, reported, tuple(requested))
 
 
-def _ranks_state(workers: Iterable[PodEntry]) -> tuple[bool, bool, bool]:
-    """(some worker is not bound, every worker succeeded, every worker runs or succeeded), in one
-    pass (a first cycle asks for every placed job's)."""
-    unbound, succeeded, running = False, True, True
-    for p in workers:
+def _ranks_state(by_rank: Mapping[int, PodEntry], replicas: int) -> tuple[bool, bool, bool, bool]:
+    """(a rank of 0..replicas-1 has no worker or one being deleted, some worker is not bound, every
+    worker succeeded, every worker runs or succeeded), in one pass (a first cycle asks for every
+    placed job's)."""
+    present, unbound, succeeded, running = 0, False, True, True
+    for r, p in by_rank.items():
+        if 0 <= r < replicas and not p.deleting:
+            present += 1
         if p.node_name is None:
             unbound = True
         if p.phase != "Succeeded":
             succeeded = False
             if p.phase != "Running":
                 running = False
-    return unbound, succeeded, running
+    return present < replicas, unbound, succeeded, running
+
+
+def _first_vanished(by_rank: Mapping[int, PodEntry], replicas: int) -> int:
+    """The lowest rank with no worker or one being deleted (one exists: _ranks_state said so)."""
+    return next(r for r in range(replicas) if r not in by_rank or by_rank[r].deleting)
 
 
 def _checkpoint_fields(job: JobEntry, workers: _Workers, now: float) -> dict[str, Any]:
@@ -451,7 +459,7 @@ def _transition(
         bad_node = (p.node_name,) if p.node_name and p.reason in NODE_REASONS else ()
         plan = fail_or_restart(job, pods, why, now, cfg, failed_nodes=bad_node)
         return Plan(plan.job, {**st.patch(s, **extra), **plan.status}, plan.events, plan.delete_pods)
-    vanished = [r for r in range(spec.workers.replicas) if r not in by_rank or by_rank[r].deleting]
+    vanished, unbound, succeeded, running = _ranks_state(by_rank, spec.workers.replicas)
     if vanished and spec.suspend and job.source is not None:
         # Its user suspended its owner, whose controller deletes the pods itself: a stop, not a lost
         # worker (gpuq's own eviction of a TrainingJob records Suspended before it deletes them).
@@ -468,10 +476,9 @@ def _transition(
         )
         return Plan(job.key, {**st.patch(s, **extra), **status}, (*events, st.normal("Suspended", msg)))
     if vanished and s.phase == Phase.RUNNING:
-        why = f"worker rank {vanished[0]} was deleted or evicted"
+        why = f"worker rank {_first_vanished(by_rank, spec.workers.replicas)} was deleted or evicted"
         plan = fail_or_restart(job, pods, why, now, cfg, event_reason="WorkerLost")
         return Plan(plan.job, {**st.patch(s, **extra), **plan.status}, plan.events, plan.delete_pods)
-    unbound, succeeded, running = _ranks_state(by_rank.values())
     if vanished or unbound:
         return Plan(job.key, st.patch(s, **extra), events, stale, complete_admission=True)
     if succeeded:

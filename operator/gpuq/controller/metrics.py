@@ -19,7 +19,7 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from gpuq.api.trainingjob import Phase
-from gpuq.controller.objects import JobEntry, QueueEntry, queued_since
+from gpuq.controller.objects import JobEntry, QueueEntry
 from gpuq.controller.snapshot import Exclusion
 from gpuq.core.decisions import Admit, Decisions, Pending
 
@@ -102,7 +102,7 @@ def _add_figures(
             continue
         q = job.spec.queue
         counts[(q, reason)] = counts.get((q, reason), 0) + 1
-        since = queued_since(job)
+        since = job.facts.queued_since
         if since < oldest.get((q,), since + 1):
             oldest[(q,)] = since
 
@@ -373,7 +373,7 @@ class Metrics:
     def admitted(self, job: JobEntry, decision: Admit, at: float) -> None:
         """`job` as it was before this admission (its status says when it was queued)."""
         self.admissions.labels(_queue(job)).inc()
-        self.admission_wait.labels(_queue(job)).observe(max(0.0, at - queued_since(job)))
+        self.admission_wait.labels(_queue(job)).observe(max(0.0, at - job.facts.queued_since))
 
     def preempted(self, job: JobEntry, reason: str) -> None:
         self.preempted_jobs.labels(_queue(job), reason).inc()

@@ -14,25 +14,20 @@ import math
 import os
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from operator import attrgetter
-from typing import Any, cast
-
-import orjson
+from typing import Any
 
 from gpuq.api.gpuqueue import GPUQueueSpec, StopPolicy
 from gpuq.api.trainingjob import (
     FINISHED_PHASES,
     PLACED_PHASES,
     Phase,
-    PlacementEntry,
     TrainingJobSpec,
-    Workers,
 )
 from gpuq.controller import selectors
 from gpuq.controller.cache import Assumed, ClusterCache
-from gpuq.controller.objects import JobEntry, QueueEntry, newer, parse_time, queued_since
+from gpuq.controller.objects import JobEntry, QueueEntry
 from gpuq.controller.pods import TemplateError, check_template, worker_pod
 from gpuq.controller.preemption import STOP_DRAIN, STOP_SUSPEND
 from gpuq.controller.quarantine import MESSAGE as QUARANTINE_MESSAGE
@@ -43,7 +38,6 @@ from gpuq.core.config import SchedulerConfig
 from gpuq.core.decisions import PendingCode
 from gpuq.core.incremental import SnapshotDelta
 from gpuq.core.model import (
-    Checkpoint,
     Constraints,
     Job,
     Node,
@@ -259,29 +253,6 @@ def worker_spec(job: JobEntry, spec: TrainingJobSpec) -> WorkerSpec:
     )
 
 
-_RANK = attrgetter("rank")
-
-
-def _shape_key(w: Workers) -> bytes | str:
-    parts = (w.template, w.replicas, w.gpus_per_worker, w.gpu_models, w.mixed_models)
-    try:
-        return orjson.dumps(parts)  # a fifth of repr's time (a key per job in a first cycle)
-    except TypeError:  # not JSON-shaped (a template built in code): its repr, which is slower
-        return repr(parts)
-
-
-def _ranked(entries: Sequence[PlacementEntry]) -> tuple[str, ...]:
-    """The nodes by rank. Ranks 0..n-1 once each (what gpuq writes) are put in place; anything else
-    is sorted (stable), which gives the same for those and keeps any other order as it was."""
-    nodes: list[str | None] = [None] * len(entries)
-    for p in entries:
-        r = p.rank
-        if not 0 <= r < len(nodes) or nodes[r] is not None:
-            return tuple([p.node for p in sorted(entries, key=_RANK)])
-        nodes[r] = p.node
-    return tuple(cast(list[str], nodes))  # every slot filled: ranks 0..n-1
-
-
 @functools.lru_cache(maxsize=256)
 def _topology_request(level: str | None, mode: TopologyMode) -> TopologyRequest:
     return TopologyRequest(level, mode)  # one object per distinct request, not one per job
@@ -337,11 +308,11 @@ def holding(
         return Holding(assumed.attempt, assumed.placement, gpus)
     s = job.status
     if s.phase in PLACED_PHASES and s.placement:
-        return Holding(s.attempt, _ranked(s.placement), gpus)
+        return Holding(s.attempt, job.facts.placement, gpus)
     if gang is not None:
         return Holding(s.attempt + 1, gang, gpus)
     if evicting and s.phase in (Phase.PREEMPTED, Phase.SUSPENDED) and s.previous_placement:
-        return Holding(s.attempt, _ranked(s.previous_placement), gpus)
+        return Holding(s.attempt, job.facts.previous_placement, gpus)
     return None
 
 
@@ -474,7 +445,9 @@ class _Kept:
         if old is job:
             return
         self.jobs_tuple_ = None
-        i = bisect_left(self.order, key)
+        order = self.order
+        # A fresh build adds every job in key order: each goes last, found without a search.
+        i = len(order) if not order or order[-1] < key else bisect_left(order, key)
         if job is None:
             del self.jobs[key], self.order[i], self.ordered[i]
             removed.append(key)
@@ -529,8 +502,7 @@ class SnapshotBuilder:
         self._cache: ClusterCache | None = None
         self._changed_jobs: set[str] = set()  # filled by the cache (watch_jobs)
         self._touched_nodes: set[str] = set()  # filled by the cache (watch_nodes)
-        self._derived: dict[str, tuple[int, str, WorkerSpec | None, Constraints | None, str | None]] = {}
-        self._shapes: dict[bytes | str, _Derived] = {}
+        self._shapes: dict[bytes, _Derived] = {}
         self._jobs: dict[str, _JobMemo] = {}
         self._config: SchedulerConfig | None = None  # the memos hold for this config only
         self._queues: dict[str, tuple[GPUQueueSpec, int, Queue]] = {}  # name -> (spec, recent, core)
@@ -540,14 +512,10 @@ class SnapshotBuilder:
         self._kept = _Kept()
 
     def _derive(self, job: JobEntry, spec: TrainingJobSpec) -> _Derived:
-        memo = self._derived.get(job.key)
-        if memo is not None and memo[0] == job.generation and memo[1] == job.uid:
-            return memo[2], memo[3], memo[4]
-        # Most jobs share their workers' shape: derived once per shape (rendering a worker pod to
-        # read its requests was 40% of a first cycle at 15,000 jobs). The JSON-shaped inputs
-        # serialized are the key: equal texts, equal inputs (a different key order only misses).
-        shape = _shape_key(spec.workers)
-        derived = self._shapes.get(shape)
+        # Most jobs share their workers' shape (JobEntry.shape): derived once per shape (rendering
+        # a worker pod to read its requests was 40% of a first cycle at 15,000 jobs), and jobs of
+        # one shape share the objects (the core's index keeps a Demand per WorkerSpec object).
+        derived = self._shapes.get(job.shape)
         if derived is None:
             try:
                 check_template(spec.workers.template)
@@ -556,8 +524,7 @@ class SnapshotBuilder:
                 derived = None, None, str(exc)
             if len(self._shapes) >= SHAPES:
                 self._shapes.clear()
-            self._shapes[shape] = derived
-        self._derived[job.key] = (job.generation, job.uid, *derived)
+            self._shapes[job.shape] = derived
         return derived
 
     def close(self) -> None:
@@ -591,7 +558,6 @@ class SnapshotBuilder:
         """Drop what was derived from jobs deleted since the last call."""
         for key in self._gone:
             if key not in cache.jobs:
-                self._derived.pop(key, None)
                 self._jobs.pop(key, None)
         self._gone.clear()
 
@@ -671,7 +637,7 @@ class SnapshotBuilder:
         if changed is None:
             base, self._kept = None, _Kept()
             changed = set(cache.jobs)
-            self._gone.update(key for key in (*self._derived, *self._jobs) if key not in cache.jobs)
+            self._gone.update(key for key in self._jobs if key not in cache.jobs)
             self._touched_nodes.update(cache.nodes, cache.pods_by_node)
         k = self._kept
         self._gone |= {key for key in changed if key not in cache.jobs}
@@ -829,7 +795,7 @@ class SnapshotBuilder:
             if too_big:
                 row.too_big = Exclusion(PendingCode.EXCEEDS_CAPACITY, too_big)
                 return row
-        not_before = parse_time(job.status.not_before) or 0.0
+        not_before = job.facts.not_before
         if hold is None and not_before > now:
             row.wake = row.until = not_before
         # A held job with no start time in its status yet (an admission in flight) started when it
@@ -944,9 +910,7 @@ def _job(
     evicting: bool,
     stop: bool = False,
 ) -> Job:
-    st = job.status
-    ckpt = newer(st.last_checkpoint, job.checkpoint)
-    started = parse_time(st.started_at) or parse_time(st.admitted_at) or now
+    st, facts = job.status, job.facts
     return Job(
         key=job.key,
         queue=spec.queue,
@@ -958,16 +922,16 @@ def _job(
         # race its own status write (gpuq.controller.record).
         preemptible=spec.preemptible and not (hold is not None and hold.attempt > st.attempt),
         min_runtime_seconds=float(spec.min_runtime_seconds),
-        checkpoint=Checkpoint(ckpt.time.timestamp(), ckpt.step, ckpt.path) if ckpt else None,
-        running=Running(hold.placement, started) if hold else None,
+        checkpoint=facts.checkpoint,
+        running=Running(hold.placement, facts.started_at or now) if hold else None,
         restart_count=st.restarts,
         constraints=cons,
-        avoid_nodes=frozenset(st.failed_nodes),
-        previous_placement=_ranked(st.previous_placement),
+        avoid_nodes=facts.avoid_nodes,
+        previous_placement=facts.previous_placement,
         recovering=st.phase == Phase.RECOVERING and hold is None,
         not_before=not_before,
         evicting=evicting and hold is not None,
         stopping=stop and evicting and hold is not None,
         attained_gpu_seconds=st.attained_gpu_seconds,
-        queued_since=queued_since(job),
+        queued_since=facts.queued_since,
     )
