@@ -17,7 +17,8 @@ rest of the pods foreign (bound CPU pods of other schedulers, counted against no
 Each cycle's time inside the core (gpuq.core.schedule on the kept index) is measured too, so the
 share spent outside it (the shell: snapshot, lifecycles, status, metrics) is printed beside it. A
 second child times a cold start: the lists an operator gets after a restart (as JSON, decoded and
-replayed into an empty cache) up to its first decision.
+replayed into an empty cache) up to its first decision; a third a takeover: a standby whose cache
+is current lists everything again for its new term (the same versions) and makes its first cycle.
 
 Shapes (issue 31): `--nodes 16384`; `--queues 1000 --jobs 50000` (Kueue's large-scale shape: 1,000
 queues in cohorts of `--cohort-size`, each with the nominal quota its running gangs use, so the
@@ -314,6 +315,33 @@ async def cold_start(shape: Shape) -> dict[str, Any]:
     return {"listed_s": listed, "first_cycle_s": done - t1, "total_s": done - t0, "rss_peak_mib": rss_mib()}
 
 
+async def takeover(shape: Shape) -> dict[str, Any]:
+    """A standby replica taking over: its informers kept its cache current (the lists replayed once,
+    untimed), then the new term lists every kind again (gpuq.controller.operator's fresh_lists: the
+    same versions, decoded and replayed) and a new loop makes its first cycle."""
+    from gpuq.controller import bodies as b
+    from gpuq.controller.cache import ClusterCache
+
+    objects = build_bodies(shape)
+    queues = {q["metadata"]["name"]: q for q in objects["queue"]}
+    lists = {kind: json.dumps(items).encode() for kind, items in objects.items()}
+    del objects
+    cache = ClusterCache()
+    for kind in ("namespace", "node", "queue", "job", "pod"):
+        cache.replace(kind, json.loads(lists[kind]), "1")
+    gc.collect()
+    gc.freeze()
+    t0 = time.perf_counter()
+    for kind in ("namespace", "node", "queue", "job", "pod"):
+        cache.replace(kind, json.loads(lists[kind]), "1")
+    listed = time.perf_counter() - t0
+    loop, _ = _loop(cache, lambda: b.T0 + 1000, shape, queues)
+    t1 = time.perf_counter()
+    loop.cycle()
+    done = time.perf_counter()
+    return {"listed_s": listed, "first_cycle_s": done - t1, "total_s": done - t0}
+
+
 def pod_cost(pods: int) -> dict[str, Any]:
     """What one pod costs the cache: `pods` pods (a tenth of them gpuq's workers) listed as JSON,
     decoded and replayed, the list dropped; tracemalloc's count of what stays, per pod, by line."""
@@ -373,12 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="TrainingJobs (beyond the running gangs: waiting)")
     ap.add_argument("--cohort-size", type=int, default=10, help="queues per cohort")
     ap.add_argument("--cycles", type=int, default=200, help="incremental cycles measured")
-    ap.add_argument("--no-cold-start", action="store_true", help="skip the cold start's child")
+    ap.add_argument(
+        "--no-cold-start", action="store_true", help="skip the cold start's and the takeover's children"
+    )
     ap.add_argument("--verify", action="store_true", help="debug mode: every cycle checked (slow)")
     ap.add_argument("--profile", type=int, default=0, help="cProfile this many incremental cycles")
     ap.add_argument("--pod-cost", type=int, default=0, help="only measure what N cached pods cost")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cold", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--takeover", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         from gpuq import logs
@@ -386,7 +417,12 @@ def main(argv: list[str] | None = None) -> int:
 
         logs.configure("ERROR")
         gc.set_threshold(*GC_THRESHOLDS)  # the operator's collector settings (run_operator)
-        work = cold_start(_shape(args)) if args.cold else child(_shape(args), args.cycles, args.profile)
+        if args.cold:
+            work = cold_start(_shape(args))
+        elif args.takeover:
+            work = takeover(_shape(args))
+        else:
+            work = child(_shape(args), args.cycles, args.profile)
         sys.stdout.write(json.dumps(asyncio.run(work)) + "\n")
         return 0
     if args.pod_cost:
@@ -423,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_more(args: argparse.Namespace, r: dict[str, Any], cmd: str) -> None:
     """The figures beside the default run's three: the core's own, the shell's share, the shape,
-    the debug mode's verdict, the cold start; each with the command that prints it."""
+    the debug mode's verdict, the cold start and the takeover; each with the command that prints it."""
     print(
         f"  the first cycle's CPU time: {r['first_cycle_cpu_s'] * 1e3:.0f} ms (on a shared machine its "
         f"wall time above also counts other processes' turns on the CPUs)   [{cmd}]"
@@ -453,6 +489,13 @@ def _print_more(args: argparse.Namespace, r: dict[str, Any], cmd: str) -> None:
                 f"cold start (restarted: lists decoded and replayed {c['listed_s']:.1f} s, first "
                 f"cycle {c['first_cycle_s'] * 1e3:.0f} ms): first decision after {c['total_s']:.1f} s, "
                 f"peak RSS {c['rss_peak_mib']:.0f} MiB   [{cmd}]"
+            )
+        t = _run_child(args, "--takeover")
+        if t is not None:
+            print(
+                f"takeover by a warm standby (fresh lists decoded and replayed {t['listed_s']:.1f} s, "
+                f"first cycle {t['first_cycle_s'] * 1e3:.0f} ms): first decision after "
+                f"{t['total_s']:.1f} s   [{cmd}]"
             )
     print(f"\nreproduce: {cmd}")
 

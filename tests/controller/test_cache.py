@@ -65,6 +65,23 @@ def test_pods_are_indexed_by_job() -> None:
     assert [p.rank for p in cache.pods_of("team-a/a")] == [1]
 
 
+def test_a_jobs_pods_come_in_key_order_however_they_arrived() -> None:
+    cache, _ = counting_cache()
+    bodies = gang_pods("a", [f"n{r}" for r in range(12)])  # names a-1-0 ... a-1-11: a-1-10 sorts early
+    shuffled = [bodies[i] for i in (3, 0, 11, 1, 10, 2, 4, 5, 6, 7, 8, 9)]
+    for body in shuffled:
+        cache.upsert_pod(body)
+    names = [p.name for p in cache.pods_of("team-a/a")]
+    assert names == sorted(b["metadata"]["name"] for b in bodies)
+    cache.delete_pod(bodies[10])
+    cache.upsert_pod(copy.deepcopy(bodies[1]) | {"status": {"phase": "Failed"}})  # an update keeps its place
+    again = copy.deepcopy(bodies[10])
+    again["metadata"]["uid"] = "uid-again"  # made again (the deleted uid stays gone)
+    cache.upsert_pod(again)  # sorting before the last
+    assert [p.name for p in cache.pods_of("team-a/a")] == names
+    assert cache.pods_of("team-a/a")[names.index("a-1-1")].phase == "Failed"
+
+
 def test_assumption_lasts_until_the_api_records_the_attempt() -> None:
     cache, _ = counting_cache()
     cache.upsert_job(job("a"))
@@ -90,7 +107,7 @@ def test_pods_of_an_earlier_job_with_the_same_name_are_told_apart() -> None:
     old_pod["metadata"]["ownerReferences"][0]["uid"] = "uid-old"
     cache.upsert_pod(old_pod)
     cache.upsert_job(job("a"))
-    assert cache.pods_of("team-a/a", cache.jobs["team-a/a"].uid) == []
+    assert cache.pods_of("team-a/a", cache.jobs["team-a/a"].uid) == ()
     assert len(cache.pods_of("team-a/a")) == 1
 
 
@@ -154,3 +171,32 @@ def test_an_admission_decided_with_a_large_batch_is_part_of_the_burst_from_the_f
     cache.assume("team-a/small", 1, ("n1",), T0, decided_with=BURST_GANGS)
     assert cache.assumed["team-a/first"].status_delay == BURST_STATUS_DELAY
     assert cache.assumed["team-a/small"].status_delay == ADMITTED_STATUS_DELAY
+
+
+def test_a_relist_parses_again_only_versions_the_cache_does_not_hold() -> None:
+    # A new term lists every kind again: 100,000 pods parsed again were seconds of a takeover. An
+    # object at the version the cache holds is the object it holds (the API server gives a new
+    # resourceVersion to every change), so the relist keeps the entry without parsing the body.
+    cache, _ = counting_cache()
+    jb, pd, nd = job("a"), pod("a-1-0", node_name="n1", job_name="a"), node("n1")
+    cache.replace("job", [jb], "10")
+    cache.replace("pod", [pd], "10")
+    cache.replace("node", [nd], "10")
+    held = cache.jobs["team-a/a"], cache.pods["team-a/a-1-0"], cache.nodes["n1"]
+    # The same versions with different contents (never so in a real API server): not parsed.
+    same = copy.deepcopy(jb), copy.deepcopy(pd), copy.deepcopy(nd)
+    same[0]["spec"]["priority"] = 7
+    same[1]["status"]["phase"] = "Failed"
+    same[2]["metadata"]["labels"] = {"changed": "yes"}
+    for kind, body in zip(("job", "pod", "node"), same, strict=True):
+        cache.replace(kind, [body], "11")
+    assert (cache.jobs["team-a/a"], cache.pods["team-a/a-1-0"], cache.nodes["n1"]) == held
+    assert cache.jobs["team-a/a"] is held[0] and cache.pods["team-a/a-1-0"] is held[1]
+    # A new version is parsed.
+    for body in same:
+        body["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+    for kind, body in zip(("job", "pod", "node"), same, strict=True):
+        cache.replace(kind, [body], "12")
+    assert cache.jobs["team-a/a"].spec is not None and cache.jobs["team-a/a"].spec.priority == 7
+    assert cache.pods["team-a/a-1-0"].phase == "Failed"
+    assert cache.nodes["n1"].labels == {"changed": "yes"}

@@ -157,3 +157,15 @@ def test_a_bound_gang_pod_takes_its_attempt_from_the_annotation_gpuq_binds_with(
     c.apply("pod", "ADDED", bound)
     entry = c.pods["team-a/llama-0"]
     assert (entry.job, entry.rank, entry.attempt, entry.node_name) == ("team-a/job.llama", 0, 3, "gpu-0")
+
+
+def test_a_relisted_gang_pod_is_resolved_again_at_the_version_the_cache_holds() -> None:
+    # Its entry depends on the owners the cache holds, not on the pod alone: a relist (a new term's
+    # fresh lists) resolves it again even though its version did not change.
+    c = cache()
+    c.apply("owner:Job", "ADDED", job())
+    c.replace("pod", [pod(0, node="n1")], "6")
+    assert c.pods["team-a/llama-0"].job == "team-a/job.llama"
+    c.apply("owner:Job", "DELETED", job())
+    c.replace("pod", [pod(0, node="n1")], "7")
+    assert c.pods["team-a/llama-0"].job is None  # bound, ownerless now: other pods' usage

@@ -76,6 +76,11 @@ def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
     return body.get("metadata") or {}
 
 
+# Kinds whose entry is a function of the object alone (and, for a node, of its previous entry): a
+# list need not parse again a version the cache holds (ClusterCache.replace).
+_PURE_KINDS = frozenset({"node", "queue", "namespace", "job", "pod"})
+
+
 def _listed_kind(entry: Any) -> bool:
     """Whether an entry came from its table's own list: the jobs table also holds the gangs of
     other owners, which a TrainingJob list must not drop."""
@@ -96,10 +101,9 @@ class ClusterCache:
         self.namespaces: dict[str, dict[str, str]] = {}
         self.assumed: dict[str, Assumed] = {}
         self.deleted_jobs: dict[str, str] = {}  # uid -> key of jobs seen deleted whose pods may linger
-        self._pods_by_job: dict[str, dict[str, PodEntry]] = {}  # by key: entries, as pods_by_node
-        # Each job's pods in key order, made when first asked after they changed (_touch): a cycle
-        # asks for them several times per job (snapshot, lifecycle, writer).
-        self._ordered_pods: dict[str, list[PodEntry]] = {}
+        # Each job's pods by key, the dict kept in key order as they come (_add_to_job): a term's
+        # first cycle reads every job's in that order, and sorting 15,000 jobs' there cost 30 ms.
+        self._pods_by_job: dict[str, dict[str, PodEntry]] = {}
         self._claimed: dict[str, tuple[str | None, tuple[PodEntry, ...]]] = {}  # pods_of's answer, by uid
         # Jobs whose object or pods changed since the loop last took them: the lifecycle, a pure
         # function of a job and its pods, needs to look at no other job.
@@ -191,9 +195,18 @@ class ClusterCache:
         predates)."""
         table, upsert, delete = self._sinks[kind]
         listed: set[str] = set()
+        rvs, uids, pure = self._rv[kind], self._uid[kind], kind in _PURE_KINDS
         for body in bodies:
             md = _meta(body)
-            listed.add(f"{md['namespace']}/{md['name']}" if md.get("namespace") else md["name"])
+            key = f"{md['namespace']}/{md['name']}" if md.get("namespace") else md["name"]
+            listed.add(key)
+            # The very version the cache holds (a new term's fresh lists, a relist after a watch
+            # gap): nothing to parse again, unless its entry depends on other objects (a pod of a
+            # gang of another owner is resolved against the owners the cache holds).
+            rv = md.get("resourceVersion")
+            held = pure and rv is not None and rvs.get(key) == rv and uids.get(key) == md.get("uid")
+            if held and (kind != "pod" or not is_candidate(body)):
+                continue
             upsert(body)
         prefix = f"{scope}/" if scope else ""
         for key in [k for k in table if k not in listed and k.startswith(prefix) and _listed_kind(table[k])]:
@@ -231,7 +244,6 @@ class ClusterCache:
             sink.add(node)
 
     def _touch(self, job: str) -> None:
-        self._ordered_pods.pop(job, None)
         self._claimed.pop(job, None)
         self.touched.add(job)
         self._tell_job_sinks(job)
@@ -446,7 +458,7 @@ class ClusterCache:
         self.pods[entry.key] = entry
         self._place(entry, old.node_name if old is not None else None, entry.node_name)
         if entry.job is not None:
-            self._pods_by_job.setdefault(entry.job, {})[entry.key] = entry
+            self._add_to_job(entry.job, entry)
             self._touch(entry.job)
         self._changed()
 
@@ -464,6 +476,18 @@ class ClusterCache:
             self._touch(entry.job)
             self._drop_from_job(entry.job, key)
         self._changed()
+
+    def _add_to_job(self, job: str, pod: PodEntry) -> None:
+        """Put the pod's entry among its job's, keeping them in key order: a new key that sorts
+        last (a gang's pods mostly come in name order) is appended, any other reorders them."""
+        members = self._pods_by_job.get(job)
+        if members is None:
+            self._pods_by_job[job] = {pod.key: pod}
+            return
+        appended = pod.key in members or pod.key > next(reversed(members))
+        members[pod.key] = pod
+        if not appended:
+            self._pods_by_job[job] = dict(sorted(members.items()))
 
     def _drop_from_job(self, job: str, key: str) -> None:
         members = self._pods_by_job.get(job)
@@ -489,16 +513,16 @@ class ClusterCache:
     def has_pods(self, job: str) -> bool:
         return bool(self._pods_by_job.get(job))
 
-    def pods_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
+    def pods_of(self, job: str, uid: str | None = None) -> tuple[PodEntry, ...]:
         """The workers of `job`, of any attempt; with `uid`, only those owned by that incarnation of
         it. Not the unclaimed pods of a gang gpuq did not create (`unclaimed_of`). Kept until they
         change: the snapshot and the lifecycle ask for every job's in a term's first cycle."""
         kept = self._claimed.get(job)
         if kept is not None and kept[0] == uid:
-            return list(kept[1])
-        pods = self._pods(job, uid, unclaimed=False)
+            return kept[1]
+        pods = tuple(self._pods(job, uid, unclaimed=False))
         if pods:  # none: nothing kept, as in _ordered
-            self._claimed[job] = (uid, tuple(pods))
+            self._claimed[job] = (uid, pods)
         return pods
 
     def unclaimed_of(self, job: str, uid: str | None = None) -> list[PodEntry]:
@@ -508,22 +532,15 @@ class ClusterCache:
     def _pods(self, job: str, uid: str | None, unclaimed: bool) -> list[PodEntry]:
         """The job's pods in key order, of incarnation `uid` (None: any) and PodEntry.unclaimed or
         not, in one pass without the property's call per pod (a first cycle asks for 100,000)."""
+        members = self._pods_by_job.get(job)
+        if not members:
+            return []
         return [
             p
-            for p in self._ordered(job)
+            for p in members.values()
             if (uid is None or p.owner_uid in (uid, None))
             and (p.attempt is None and p.node_name is None) is unclaimed
         ]
-
-    def _ordered(self, job: str) -> list[PodEntry]:
-        """The job's pods in key order, kept until they change (_touch)."""
-        pods = self._ordered_pods.get(job)
-        if pods is None:
-            members = self._pods_by_job.get(job)
-            pods = [members[k] for k in sorted(members)] if members else []
-            if pods:  # none: nothing kept (a deleted job's key is asked about for a while)
-                self._ordered_pods[job] = pods
-        return pods
 
     def orphans(self) -> list[PodEntry]:
         """Live pods of deleted jobs. Garbage collection removes them too, but only after it has
