@@ -135,7 +135,7 @@ class JobEntry:
     shape: bytes = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.key = f"{self.namespace}/{self.name}"
+        self.key = intern(f"{self.namespace}/{self.name}")  # the very string its pods' `job` is
         self.facts = status_facts(self)
         self.shape = workers_shape(self.spec.workers) if self.spec is not None else b""
 
@@ -163,8 +163,8 @@ def ranked_nodes(entries: Sequence[PlacementEntry]) -> tuple[str, ...]:
     for p in entries:
         r = p.rank
         if not 0 <= r < len(nodes) or nodes[r] is not None:
-            return tuple([p.node for p in sorted(entries, key=_RANK)])
-        nodes[r] = p.node
+            return tuple([intern(p.node) for p in sorted(entries, key=_RANK)])
+        nodes[r] = intern(p.node)  # the node's own name object: lookups by it compare identities
     return tuple(cast(list[str], nodes))  # every slot filled: ranks 0..n-1
 
 
@@ -266,6 +266,14 @@ def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
     return tuple(out)
 
 
+def _interned(labels: Mapping[str, Any]) -> dict[str, Any]:
+    """Labels with their strings interned: 10,000 nodes share a few keys and values (racks, zones,
+    models), and the snapshot looks them up by the config's own strings."""
+    return {
+        (intern(k) if type(k) is str else k): (intern(v) if type(v) is str else v) for k, v in labels.items()
+    }
+
+
 def parse_node(body: Mapping[str, Any]) -> NodeEntry:
     md, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
     ready_cond = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
@@ -282,8 +290,8 @@ def parse_node(body: Mapping[str, Any]) -> NodeEntry:
     except QuantityError as exc:
         allocatable, capacity_gpus, error = Resources(), 0, str(exc)
     return NodeEntry(
-        name=md["name"],
-        labels=dict(md.get("labels") or {}),
+        name=intern(md["name"]),
+        labels=_interned(md.get("labels") or {}),
         allocatable=allocatable,
         capacity_gpus=capacity_gpus,
         taints=_taints(spec),
