@@ -521,7 +521,7 @@ class ClusterCache:
         if kept is not None and kept[0] == uid:
             return kept[1]
         pods = tuple(self._pods(job, uid, unclaimed=False))
-        if pods:  # none: nothing kept, as in _ordered
+        if pods:  # none: nothing kept (a deleted job's key is asked about for a while)
             self._claimed[job] = (uid, pods)
         return pods
 

@@ -268,7 +268,7 @@ def _taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
 
 def _interned(labels: Mapping[str, Any]) -> dict[str, Any]:
     """Labels with their strings interned: 10,000 nodes share a few keys and values (racks, zones,
-    models), and the snapshot looks them up by the config's own strings."""
+    models), one string each instead of one per node as a decoded list has them."""
     return {
         (intern(k) if type(k) is str else k): (intern(v) if type(v) is str else v) for k, v in labels.items()
     }
