@@ -4,6 +4,8 @@ cache, so objects deleted while the watch was down do not linger as ghosts."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from builders import job, namespace, pod
 from fakeapi import FakeApi, Reply, client, serve
@@ -54,6 +56,43 @@ async def test_watch_expiry_relists_and_drops_what_the_list_lacks() -> None:
     assert sorted(cache.namespaces) == ["a", "c"]  # b was deleted while the watch was down
     watches = [s.query["resourceVersion"] for s in fake.requests("GET", PATH) if s.query.get("watch")]
     assert watches == ["10", "20"]  # each watch starts exactly where its list ended
+
+
+class PageCountingCache(ClusterCache):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pages: list[int] = []
+
+    def list_page(self, kind: str, bodies: Iterable[Mapping[str, Any]], listed: set[str]) -> None:
+        bodies = list(bodies)
+        self.pages.append(len(bodies))
+        super().list_page(kind, bodies, listed)
+
+
+async def test_a_list_is_applied_page_by_page_and_drops_what_no_page_had() -> None:
+    # The cache takes each page as it arrives (100,000 decoded pods are never held at once); what
+    # the whole list lacked is dropped once its last page is in, not what an early page lacked.
+    first = listing("10", "a")
+    first.body["metadata"] = {"continue": "page-2"}  # a page that is not the last
+    fake = FakeApi()
+    fake.on("GET", PATH, first, listing("10", "b"))
+    fake.on("WATCH", PATH, Reply(stream=[], hold=True))
+    cache = PageCountingCache()
+    for name in ("b", "gone"):
+        held = namespace(name)
+        held["metadata"]["resourceVersion"] = "3"
+        cache.apply("namespace", "ADDED", held)
+    async for server in serve(fake):
+        async with client(server) as api:
+            inf = Informer(api, "namespace", PATH, cache)
+            task = asyncio.create_task(inf.run())
+            await asyncio.wait_for(inf.synced.wait(), 5)
+            task.cancel()
+    assert cache.pages == [1, 1]  # each page went in on its own
+    assert sorted(cache.namespaces) == ["a", "b"]
+    assert inf.resource_version == "10"
+    pages = [s.query for s in fake.requests("GET", PATH) if not s.query.get("watch")]
+    assert [q.get("continue") for q in pages] == [None, "page-2"]
 
 
 def test_replace_keeps_objects_newer_than_the_list() -> None:

@@ -193,8 +193,14 @@ class ClusterCache:
         """A full list of `kind` (in namespace `scope`, if set) at `resource_version`: what it lacks
         was deleted meanwhile, unless the cache holds a later version (a write of ours that the list
         predates)."""
-        table, upsert, delete = self._sinks[kind]
         listed: set[str] = set()
+        self.list_page(kind, bodies, listed)
+        self.list_done(kind, listed, resource_version, scope)
+
+    def list_page(self, kind: str, bodies: Iterable[Mapping[str, Any]], listed: set[str]) -> None:
+        """One page of a list of `kind` (`replace` in parts: the informer applies each page as it
+        arrives, so 100,000 decoded pods are never held at once); `listed` collects its keys."""
+        _, upsert, _ = self._sinks[kind]
         rvs, uids, pure = self._rv[kind], self._uid[kind], kind in _PURE_KINDS
         for body in bodies:
             md = _meta(body)
@@ -208,6 +214,10 @@ class ClusterCache:
             if held and (kind != "pod" or not is_candidate(body)):
                 continue
             upsert(body)
+
+    def list_done(self, kind: str, listed: set[str], resource_version: str, scope: str | None = None) -> None:
+        """The list whose pages `listed` collected ended at `resource_version`: drop what it lacks."""
+        table, _, delete = self._sinks[kind]
         prefix = f"{scope}/" if scope else ""
         for key in [k for k in table if k not in listed and k.startswith(prefix) and _listed_kind(table[k])]:
             if _rv_after(self._rv[kind].get(key), resource_version):

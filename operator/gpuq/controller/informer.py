@@ -5,7 +5,8 @@ client-go's reflector, kept small. The guarantees the cache relies on:
   missed;
 - a relist replaces: after a 410 Gone (the version was compacted away) or a first list, the sink
   receives the whole list and drops what the list lacks (deletions that happened while the watch
-  was down are not lost as they are when a relist only re-adds what it sees);
+  was down are not lost as they are when a relist only re-adds what it sees); a `PagedSink` (the
+  cache) takes it a page at a time as each arrives and drops what no page had after the last;
 - a watch that ends or breaks resumes from the last version seen (events or bookmarks), so an API
   server restart costs a relist only when the version is gone.
 The sink is called synchronously on the event loop and must not raise; an exception in it is
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from gpuq.controller.kubeapi import ApiError, KubeApi
 from gpuq.logs import get_logger
@@ -37,6 +38,18 @@ class Sink(Protocol):
 
     def apply(self, kind: str, event_type: str, body: Mapping[str, Any]) -> None:
         """One watch event: ADDED, MODIFIED or DELETED."""
+
+
+@runtime_checkable
+class PagedSink(Sink, Protocol):
+    """A sink that takes a list page by page (`replace` in parts), so the informer never holds a
+    whole list decoded: at 100,000 pods that was ~200 MiB the process kept after its first list."""
+
+    def list_page(self, kind: str, bodies: list[dict[str, Any]], listed: set[str]) -> None:
+        """One page of the list; `listed` collects the keys of the list's objects."""
+
+    def list_done(self, kind: str, listed: set[str], resource_version: str, scope: str | None) -> None:
+        """The list ended at `resource_version`: what `listed` lacks was deleted meanwhile."""
 
 
 class Informer:
@@ -106,18 +119,38 @@ class Informer:
         await asyncio.sleep(OPTIONAL_RETRY)
 
     async def _list(self) -> None:
-        items, rv = await self.api.list_page(self.path, self.params)
-        try:
-            self.sink.replace(self.kind, items, rv, self.scope)
-        except Exception:
-            log.exception("cache replace failed", kind=self.kind)
+        if isinstance(self.sink, PagedSink):
+            count, rv = await self._list_pages(self.sink)
+        else:
+            items, rv = await self.api.list_page(self.path, self.params)
+            self._safely(self.sink.replace, self.kind, items, rv, self.scope)
+            count = len(items)
         self.resource_version = rv
         self.lists += 1
         if not self.served:
             log.info("optional kind now watched", kind=self.kind, scope=self.scope)
         self.served = True
         self.synced.set()
-        log.debug("listed", kind=self.kind, scope=self.scope, items=len(items), rv=rv)
+        log.debug("listed", kind=self.kind, scope=self.scope, items=count, rv=rv)
+
+    async def _list_pages(self, sink: PagedSink) -> tuple[int, str]:
+        """Apply the list page by page as each arrives (other tasks run between pages: a page's
+        objects are then what watch events in the list's order would have brought), and drop what
+        it lacks once it ends. How many objects it had, and its resourceVersion."""
+        listed: set[str] = set()
+        count, rv = 0, ""
+        async for items, page_rv in self.api.list_pages(self.path, self.params):
+            self._safely(sink.list_page, self.kind, items, listed)
+            count, rv = count + len(items), page_rv  # the last page's version is the list's
+        self._safely(sink.list_done, self.kind, listed, rv, self.scope)
+        return count, rv
+
+    def _safely(self, call: Callable[..., None], *args: Any) -> None:
+        """A sink call, its exception logged (the sink must not raise; see the module's docstring)."""
+        try:
+            call(*args)
+        except Exception:
+            log.exception("cache replace failed", kind=self.kind)
 
     async def _watch(self) -> None:
         timeout = self._rand.randint(300, 600)  # client-go's spread: watches do not all end at once

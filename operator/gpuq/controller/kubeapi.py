@@ -392,14 +392,25 @@ class KubeApi:
     ) -> tuple[list[dict[str, Any]], str]:
         """Every item of a collection (following `continue` tokens) and the list's resourceVersion."""
         items: list[dict[str, Any]] = []
+        rv = ""
+        async for page, page_rv in self.list_pages(path, params):
+            items.extend(page)
+            rv = page_rv  # the last page's is the list's
+        return items, rv
+
+    async def list_pages(
+        self, path: str, params: Mapping[str, str] | None = None
+    ) -> AsyncIterator[tuple[list[dict[str, Any]], str]]:
+        """A collection one page (500 items) at a time, each with the resourceVersion its page
+        gives: the last page's is the list's. Each page is decoded only when it is asked for."""
         query = {"limit": "500", **(params or {})}
         while True:
             page = await self.request("GET", path, params=query)
-            items.extend(page.get("items") or [])
             md = page.get("metadata") or {}
             token = md.get("continue")
+            yield page.get("items") or [], str(md.get("resourceVersion") or "")
             if not token:
-                return items, str(md.get("resourceVersion") or "")
+                return
             query = {**query, "continue": token}
 
     async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
