@@ -95,6 +95,30 @@ async def test_a_list_is_applied_page_by_page_and_drops_what_no_page_had() -> No
     assert [q.get("continue") for q in pages] == [None, "page-2"]
 
 
+class FailingPageCache(ClusterCache):
+    def list_page(self, kind: str, bodies: Iterable[Mapping[str, Any]], listed: set[str]) -> None:
+        raise RuntimeError("a bug in the sink")
+
+
+async def test_a_page_the_cache_failed_on_drops_nothing() -> None:
+    # The keys of a page it failed on may be missing from those listed: nothing is dropped then, as
+    # nothing was when a whole list failed.
+    fake = FakeApi()
+    fake.on("GET", PATH, listing("10", "kept"))
+    fake.on("WATCH", PATH, Reply(stream=[], hold=True))
+    cache = FailingPageCache()
+    held = namespace("kept")
+    held["metadata"]["resourceVersion"] = "3"
+    cache.apply("namespace", "ADDED", held)
+    async for server in serve(fake):
+        async with client(server) as api:
+            inf = Informer(api, "namespace", PATH, cache)
+            task = asyncio.create_task(inf.run())
+            await asyncio.wait_for(inf.synced.wait(), 5)
+            task.cancel()
+    assert list(cache.namespaces) == ["kept"]
+
+
 def test_replace_keeps_objects_newer_than_the_list() -> None:
     """A pod the writer just created (its version is later than the list's) is not a deletion."""
     cache = ClusterCache()

@@ -138,19 +138,23 @@ class Informer:
         objects are then what watch events in the list's order would have brought), and drop what
         it lacks once it ends. How many objects it had, and its resourceVersion."""
         listed: set[str] = set()
-        count, rv = 0, ""
+        count, rv, whole = 0, "", True
         async for items, page_rv in self.api.list_pages(self.path, self.params):
-            self._safely(sink.list_page, self.kind, items, listed)
+            whole &= self._safely(sink.list_page, self.kind, items, listed)
             count, rv = count + len(items), page_rv  # the last page's version is the list's
-        self._safely(sink.list_done, self.kind, listed, rv, self.scope)
+        if whole:  # a page the sink failed on may lack keys it listed: then nothing is dropped
+            self._safely(sink.list_done, self.kind, listed, rv, self.scope)
         return count, rv
 
-    def _safely(self, call: Callable[..., None], *args: Any) -> None:
-        """A sink call, its exception logged (the sink must not raise; see the module's docstring)."""
+    def _safely(self, call: Callable[..., None], *args: Any) -> bool:
+        """A sink call, its exception logged (the sink must not raise; see the module's docstring).
+        Whether it returned."""
         try:
             call(*args)
         except Exception:
             log.exception("cache replace failed", kind=self.kind)
+            return False
+        return True
 
     async def _watch(self) -> None:
         timeout = self._rand.randint(300, 600)  # client-go's spread: watches do not all end at once
