@@ -58,6 +58,21 @@ async def test_watch_expiry_relists_and_drops_what_the_list_lacks() -> None:
     assert watches == ["10", "20"]  # each watch starts exactly where its list ended
 
 
+async def list_once(fake: FakeApi, cache: ClusterCache, held: tuple[str, ...]) -> Informer:
+    """The cache holding namespaces `held` (at version 3) lists them once from `fake`."""
+    for name in held:
+        body = namespace(name)
+        body["metadata"]["resourceVersion"] = "3"
+        cache.apply("namespace", "ADDED", body)
+    async for server in serve(fake):
+        async with client(server) as api:
+            inf = Informer(api, "namespace", PATH, cache)
+            task = asyncio.create_task(inf.run())
+            await asyncio.wait_for(inf.synced.wait(), 5)
+            task.cancel()
+    return inf
+
+
 class PageCountingCache(ClusterCache):
     def __init__(self) -> None:
         super().__init__()
@@ -78,16 +93,7 @@ async def test_a_list_is_applied_page_by_page_and_drops_what_no_page_had() -> No
     fake.on("GET", PATH, first, listing("10", "b"))
     fake.on("WATCH", PATH, Reply(stream=[], hold=True))
     cache = PageCountingCache()
-    for name in ("b", "gone"):
-        held = namespace(name)
-        held["metadata"]["resourceVersion"] = "3"
-        cache.apply("namespace", "ADDED", held)
-    async for server in serve(fake):
-        async with client(server) as api:
-            inf = Informer(api, "namespace", PATH, cache)
-            task = asyncio.create_task(inf.run())
-            await asyncio.wait_for(inf.synced.wait(), 5)
-            task.cancel()
+    inf = await list_once(fake, cache, held=("b", "gone"))
     assert cache.pages == [1, 1]  # each page went in on its own
     assert sorted(cache.namespaces) == ["a", "b"]
     assert inf.resource_version == "10"
@@ -107,15 +113,7 @@ async def test_a_page_the_cache_failed_on_drops_nothing() -> None:
     fake.on("GET", PATH, listing("10", "kept"))
     fake.on("WATCH", PATH, Reply(stream=[], hold=True))
     cache = FailingPageCache()
-    held = namespace("kept")
-    held["metadata"]["resourceVersion"] = "3"
-    cache.apply("namespace", "ADDED", held)
-    async for server in serve(fake):
-        async with client(server) as api:
-            inf = Informer(api, "namespace", PATH, cache)
-            task = asyncio.create_task(inf.run())
-            await asyncio.wait_for(inf.synced.wait(), 5)
-            task.cancel()
+    await list_once(fake, cache, held=("kept",))
     assert list(cache.namespaces) == ["kept"]
 
 
