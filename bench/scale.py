@@ -318,7 +318,6 @@ def _replay(cache: Any, pages: dict[str, list[bytes]]) -> None:
 async def cold_start(shape: Shape) -> dict[str, Any]:
     """An operator restarted: every list (JSON pages, as the API server sends them) decoded and
     replayed into an empty cache, then the first cycle: the time to its first decision."""
-    from gpuq.controller import bodies as b
     from gpuq.controller.cache import ClusterCache
 
     pages, queues = _listed_pages(shape)
@@ -328,19 +327,13 @@ async def cold_start(shape: Shape) -> dict[str, Any]:
     _replay(cache, pages)
     del pages
     gc.freeze()  # as the operator does once its first lists are in
-    listed = time.perf_counter() - t0
-    loop, _ = _loop(cache, lambda: b.T0 + 1000, shape, queues)
-    t1 = time.perf_counter()
-    loop.cycle()
-    done = time.perf_counter()
-    return {"listed_s": listed, "first_cycle_s": done - t1, "total_s": done - t0, "rss_peak_mib": rss_mib()}
+    return {**_first_decision(cache, shape, queues, t0), "rss_peak_mib": rss_mib()}
 
 
 async def takeover(shape: Shape) -> dict[str, Any]:
     """A standby replica taking over: its informers kept its cache current (the lists replayed once,
     untimed), then the new term lists every kind again (gpuq.controller.operator's fresh_lists: the
     same versions, decoded and replayed) and a new loop makes its first cycle."""
-    from gpuq.controller import bodies as b
     from gpuq.controller.cache import ClusterCache
 
     pages, queues = _listed_pages(shape)
@@ -350,6 +343,13 @@ async def takeover(shape: Shape) -> dict[str, Any]:
     gc.freeze()
     t0 = time.perf_counter()
     _replay(cache, pages)
+    return _first_decision(cache, shape, queues, t0)
+
+
+def _first_decision(cache: Any, shape: Shape, queues: dict[str, Any], t0: float) -> dict[str, float]:
+    """A new loop's first cycle on the listed cache; the lists took from `t0` until now."""
+    from gpuq.controller import bodies as b
+
     listed = time.perf_counter() - t0
     loop, _ = _loop(cache, lambda: b.T0 + 1000, shape, queues)
     t1 = time.perf_counter()
